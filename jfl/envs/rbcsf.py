@@ -1,0 +1,187 @@
+"""Linear model-exchange-time environment of RBCS-F §6.1 (SPEC §2.1).
+
+Each round every client reports a context ``c = [1/μ, s, M/B]`` and its availability; the
+expected exchange time is ``τ* = c·θ*`` and the realised one ``τ = τ*(1 + u)``, ``u ~ U(-a, a)``
+(paper: ``a = 1``), revealed only for selected clients. ``s = 1`` when the client was *not*
+selected in the previous round (it pays the cold-start time τ_s; every client in round 1).
+
+Gymnax-style: the environment object is stateless; ``params`` and ``state`` are pytrees.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+
+@struct.dataclass
+class RbcsfParams:
+    theta: jax.Array  # f[N, 3]  θ*_n = [τ_b, τ_s, 1/η]
+    bandwidth_low: float = 2.0  # MHz
+    bandwidth_high: float = 4.0
+    cpu_low: float = 0.5  # available CPU ratio μ
+    cpu_high: float = 2.0
+    p_available: float = 0.8
+    model_size: float = 20.0  # Mb
+    noise: float = 1.0  # half-width a of u ~ U(-a, a)
+
+    @property
+    def num_clients(self) -> int:
+        return self.theta.shape[0]
+
+
+@struct.dataclass
+class RbcsfState:
+    cpu_ratio: jax.Array  # f[N]  μ_t
+    bandwidth: jax.Array  # f[N]  B_t
+    available: jax.Array  # bool[N]  I_t
+    cold_start: jax.Array  # f[N]  s_t
+    t: jax.Array  # i[]  round index, 0-based
+
+
+class Observation(NamedTuple):
+    context: jax.Array  # f[N, 3]  c_t, seen by every policy
+    available: jax.Array  # bool[N]  I_t
+    expected_time: jax.Array  # f[N]  τ*_t = c·θ*: oracle information (FedCS only)
+
+
+class Feedback(NamedTuple):
+    time: jax.Array  # f[N]  realised τ_t for the selected clients, 0 elsewhere
+    round_time: jax.Array  # f[]  max τ over the selected clients (0 if none), eq. 1
+
+
+class Conditions(NamedTuple):
+    cpu_ratio: jax.Array  # f[N]
+    bandwidth: jax.Array  # f[N]
+    available: jax.Array  # bool[N]
+
+
+PAPER_CLASSES = {
+    "train_time": (1.0, 2.0, 3.0, 4.0),  # τ_b (s), Table I
+    "cold_start_time": (1.0, 1.0, 1.0, 1.0),  # τ_s (s)
+    "snr": (1000.0, 100.0, 10.0, 1.0),  # η = ln(1 + SNR)
+}
+
+
+def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
+    """Class of client n is floor(num_classes · n / N) (equal classes when N divides)."""
+    return (np.arange(num_clients) * num_classes) // num_clients
+
+
+def _check_range(name, value, low, high, low_open=False, high_open=False):
+    lo_ok = value > low if low_open else value >= low
+    hi_ok = value < high if high_open else value <= high
+    if not (np.all(np.isfinite(value)) and np.all(lo_ok) and np.all(hi_ok)):
+        lb = "(" if low_open else "["
+        rb = ")" if high_open else "]"
+        raise ValueError(f"{name} must be in {lb}{low}, {high}{rb}, got {value}")
+
+
+def make_params(
+    num_clients: int = 40,
+    train_time=PAPER_CLASSES["train_time"],
+    cold_start_time=PAPER_CLASSES["cold_start_time"],
+    snr=PAPER_CLASSES["snr"],
+    bandwidth_range=(2.0, 4.0),
+    cpu_range=(0.5, 2.0),
+    p_available: float = 0.8,
+    model_size: float = 20.0,
+    noise: float = 1.0,
+) -> RbcsfParams:
+    """Build validated parameters; the per-class tables share one length (the number of classes)."""
+    if not isinstance(num_clients, int | np.integer) or num_clients < 1:
+        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    train_time, cold_start_time, snr = (
+        np.asarray(x, float) for x in (train_time, cold_start_time, snr)
+    )
+    if not (train_time.ndim == cold_start_time.ndim == snr.ndim == 1) or not (
+        len(train_time) == len(cold_start_time) == len(snr) >= 1
+    ):
+        raise ValueError("train_time, cold_start_time and snr must be 1-D tables of one length")
+    _check_range("train_time", train_time, 0, np.inf, low_open=True)
+    _check_range("cold_start_time", cold_start_time, 0, np.inf)
+    _check_range("snr", snr, 0, np.inf, low_open=True)
+    _check_range("bandwidth_range[0]", bandwidth_range[0], 0, np.inf, low_open=True)
+    _check_range("bandwidth_range[1]", bandwidth_range[1], bandwidth_range[0], np.inf)
+    _check_range("cpu_range[0]", cpu_range[0], 0, np.inf, low_open=True)
+    _check_range("cpu_range[1]", cpu_range[1], cpu_range[0], np.inf)
+    _check_range("p_available", p_available, 0, 1)
+    _check_range("model_size", model_size, 0, np.inf, low_open=True)
+    _check_range("noise", noise, 0, 1)
+    cls = client_classes(num_clients, len(train_time))
+    theta = np.stack([train_time[cls], cold_start_time[cls], 1.0 / np.log1p(snr[cls])], axis=1)
+    return RbcsfParams(
+        theta=jnp.asarray(theta, jnp.float32),
+        bandwidth_low=float(bandwidth_range[0]),
+        bandwidth_high=float(bandwidth_range[1]),
+        cpu_low=float(cpu_range[0]),
+        cpu_high=float(cpu_range[1]),
+        p_available=float(p_available),
+        model_size=float(model_size),
+        noise=float(noise),
+    )
+
+
+def _dot3(a, b):
+    # Explicit adds rather than a reduction: XLA may order a reduction differently for different
+    # batch shapes, and a configuration's result must not depend on its batch.
+    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+
+
+class RbcsfEnv:
+    """Stateless environment; all randomness comes from the keys passed in."""
+
+    name = "rbcsf"
+
+    def default_params(self, **overrides) -> RbcsfParams:
+        return make_params(**overrides)
+
+    def draw_conditions(self, key, params: RbcsfParams) -> Conditions:
+        n = params.num_clients
+        dtype = params.theta.dtype
+        k_cpu, k_bw, k_av = jax.random.split(key, 3)
+        cpu = jax.random.uniform(k_cpu, (n,), dtype, params.cpu_low, params.cpu_high)
+        bw = jax.random.uniform(k_bw, (n,), dtype, params.bandwidth_low, params.bandwidth_high)
+        available = jax.random.bernoulli(k_av, params.p_available, (n,))
+        return Conditions(cpu_ratio=cpu, bandwidth=bw, available=available)
+
+    def draw_noise(self, key, params: RbcsfParams) -> jax.Array:
+        n = params.num_clients
+        return jax.random.uniform(key, (n,), params.theta.dtype, -params.noise, params.noise)
+
+    def observation(self, state: RbcsfState, params: RbcsfParams) -> Observation:
+        context = jnp.stack(
+            [1.0 / state.cpu_ratio, state.cold_start, params.model_size / state.bandwidth], axis=-1
+        )
+        expected = _dot3(context, params.theta)
+        return Observation(context=context, available=state.available, expected_time=expected)
+
+    def _state(self, conditions: Conditions, cold_start, t) -> RbcsfState:
+        return RbcsfState(
+            cpu_ratio=conditions.cpu_ratio,
+            bandwidth=conditions.bandwidth,
+            available=conditions.available,
+            cold_start=cold_start,
+            t=t,
+        )
+
+    def reset(self, key, params: RbcsfParams) -> tuple[Observation, RbcsfState]:
+        conditions = self.draw_conditions(key, params)
+        cold = jnp.ones(params.num_clients, params.theta.dtype)
+        state = self._state(conditions, cold, jnp.asarray(0, jnp.int32))
+        return self.observation(state, params), state
+
+    def step(self, key, state: RbcsfState, action, params: RbcsfParams):
+        """Play ``action`` (bool[N]) in the current round; return the next round's observation."""
+        k_noise, k_next = jax.random.split(key)
+        obs = self.observation(state, params)
+        realised = obs.expected_time * (1.0 + self.draw_noise(k_noise, params))
+        time = jnp.where(action, realised, 0.0)
+        feedback = Feedback(time=time, round_time=jnp.max(time, initial=0.0))
+        cold = 1.0 - jnp.asarray(action, params.theta.dtype)
+        next_state = self._state(self.draw_conditions(k_next, params), cold, state.t + 1)
+        return self.observation(next_state, params), next_state, feedback

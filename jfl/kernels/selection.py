@@ -1,0 +1,179 @@
+"""Per-round client-selection kernels.
+
+Every function here works on one instance (no batch axis), is pure, and runs under ``jit`` and
+``vmap``. Counts such as ``k`` may be traced; array shapes are static.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jfl.kernels.reduce import pairwise_sum
+
+# Below this pool size the exact P4 solver uses an O(N^2) elementwise formulation, which vectorises
+# far better inside a vmapped runner than the O(N log N) scan used for large pools.
+SMALL_POOL_MAX = 512
+
+
+def selection_count(available: jax.Array, m) -> jax.Array:
+    """k = min(m, number of available clients) (RBCS-F eq. 4)."""
+    return jnp.minimum(jnp.asarray(m, jnp.int32), jnp.sum(available, dtype=jnp.int32))
+
+
+def _counting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
+    """Position of each client in the order (available first, ascending key, lower index first).
+
+    O(N^2) comparisons and an integer sum: on CPU this beats XLA's sort by a wide margin for the
+    small pools of the vmapped runner, and integer sums are exact whatever the batch shape.
+    """
+    index = jnp.arange(key.shape[0])
+    a_unav, b_unav = unavailable[:, None], unavailable[None, :]
+    a_key, b_key = key[:, None], key[None, :]
+    before = (a_unav < b_unav) | (
+        (a_unav == b_unav)
+        & ((a_key < b_key) | ((a_key == b_key) & (index[:, None] < index[None, :])))
+    )
+    return jnp.sum(before, axis=0, dtype=jnp.int32)
+
+
+def _sorting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
+    """Same order as ``_counting_rank`` in O(N log N), for large pools."""
+    order = jnp.lexsort((key, unavailable))  # last key is primary
+    return jnp.empty_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+
+
+def _rank(unavailable, key):
+    if key.shape[0] <= SMALL_POOL_MAX:
+        return _counting_rank(unavailable, key)
+    return _sorting_rank(unavailable, key)
+
+
+def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
+    """Boolean mask of the ``k`` highest ``scores`` among ``available`` clients.
+
+    Selects exactly ``min(k, available.sum())`` clients and never an unavailable one; ties are broken
+    towards the lower client index. ``k`` may be a traced integer.
+
+    Args:
+      scores: f[N] scores; only the order among available clients matters (no NaN).
+      available: bool[N] availability.
+      k: number of clients to select (int, possibly traced).
+    """
+    available = jnp.asarray(available, bool)
+    rank = _rank(~available, -jnp.asarray(scores))
+    return available & (rank < k)
+
+
+def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
+    """Exact optimum of RBCS-F's per-round problem P4 (eq. 21).
+
+    minimise ``V * max_{n in S} tau_bar_n - sum_{n in S} queue_n`` over ``S ⊆ available`` with
+    ``|S| = k = min(m, #available)``.
+
+    Algorithm 1 of the paper tries every candidate maximum (O(N^2)). Ordering the available
+    clients by ``tau_bar`` turns it into a minimum over prefixes ``j`` (of size ≥ k) of
+    ``V * tau_bar_(j) - (sum of the k largest queues in the prefix)``; the optimal set is the k
+    largest queues of the best prefix. The running top-k sums come from a top-m buffer updated
+    one client at a time (O(N m)) for small pools, and from an associative scan that merges top-m
+    lists (O(N m log N) work, sub-quadratic) for large ones. ``m`` must be a static int (it fixes
+    the buffer width); ``V`` may be traced. Objective ties go to the smaller prefix; queue ties to
+    the client earlier in the ``tau_bar`` order.
+
+    Args:
+      tau_bar: f[N] optimistic exchange-time estimates (eq. 19), no NaN.
+      queue: f[N] virtual-queue backlogs Z (eq. 6).
+      available: bool[N] availability I.
+      m: static maximum number of selected clients.
+      V: penalty factor (≥ 0), possibly traced.
+
+    Returns:
+      bool[N] selection mask with exactly k entries set, all available.
+    """
+    tau_bar = jnp.asarray(tau_bar)
+    queue = jnp.asarray(queue, tau_bar.dtype)
+    available = jnp.asarray(available, bool)
+    m = int(m)
+    if m < 1:
+        raise ValueError(f"m must be an integer >= 1, got {m}")
+    k = selection_count(available, m)
+    if tau_bar.shape[0] <= SMALL_POOL_MAX:
+        return _dnc_small(tau_bar, queue, available, k, m, V)
+    return _dnc_large(tau_bar, queue, available, k, m, V)
+
+
+def _insert_descending(buffer, value):
+    """Insert ``value`` into a descending top-m ``buffer``, dropping the smallest (branch-free)."""
+    above = jnp.concatenate([jnp.full((1,), jnp.inf, buffer.dtype), buffer[:-1]])
+    return jnp.maximum(buffer, jnp.minimum(above, value))
+
+
+def _prefix_objective(tau_sorted, top_lists, valid_prefix, k, V):
+    """V·tau_(j) − (sum of the k largest queues of prefix j); +inf for invalid prefixes."""
+    take = jnp.arange(top_lists.shape[-1]) < k
+    top_sum = pairwise_sum(jnp.where(take, top_lists, 0), axis=-1)
+    return jnp.where(valid_prefix, V * tau_sorted - top_sum, jnp.inf)
+
+
+def _dnc_small(tau_bar, queue, available, k, m, V):
+    n = tau_bar.shape[0]
+    position = jnp.arange(n, dtype=jnp.int32)
+    rank = _counting_rank(~available, tau_bar)  # position of each client in the tau_bar order
+    # Materialise the O(N^2) reduction once; fused into its [N, N] consumers it is recomputed
+    # per element (O(N^3)).
+    rank = lax.optimization_barrier(rank)
+    at_position = rank[None, :] == position[:, None]  # one-hot [position, client]
+    # Gathers as one-hot sums: a single non-zero term, so exact.
+    tau_sorted = jnp.sum(jnp.where(at_position, tau_bar[None, :], 0), axis=1)
+    queue_sorted = jnp.sum(jnp.where(at_position, queue[None, :], 0), axis=1)
+
+    def insert(buffer, value):
+        buffer = _insert_descending(buffer, value)
+        return buffer, buffer
+
+    # A scan rather than an unrolled loop: unrolled, XLA fuses the gather above into every step.
+    empty = jnp.full((m,), -jnp.inf, queue.dtype)
+    _, top_lists = lax.scan(insert, empty, queue_sorted)  # [N, m]: top-m queues of each prefix
+
+    n_available = jnp.sum(available, dtype=jnp.int32)
+    valid_prefix = (position + 1 >= k) & (position < n_available)
+    best = jnp.argmin(_prefix_objective(tau_sorted, top_lists, valid_prefix, k, V))
+
+    # The k largest queues of the best prefix: all above the k-th value, then ties in order.
+    threshold = top_lists[best, jnp.maximum(k - 1, 0)]
+    in_prefix = available & (rank <= best)
+    above = in_prefix & (queue > threshold)
+    tied = in_prefix & (queue == threshold)
+    tied_before = jnp.sum(tied[:, None] & (rank[:, None] < rank[None, :]), axis=0)
+    need = k - jnp.sum(above, dtype=jnp.int32)
+    return (above | (tied & (tied_before < need))) & (k > 0)
+
+
+def _merge_top(a, b):
+    """Associative merge of two descending top-m lists (last axis)."""
+    m = a.shape[-1]
+    return -jnp.sort(-jnp.concatenate([a, b], axis=-1), axis=-1)[..., :m]
+
+
+def _dnc_large(tau_bar, queue, available, k, m, V):
+    n = tau_bar.shape[0]
+    order = jnp.lexsort((tau_bar, ~available))  # available first, ascending tau_bar
+    tau_sorted = tau_bar[order]
+    queue_sorted = queue[order]
+    singletons = jnp.full((n, m), -jnp.inf, queue.dtype).at[:, 0].set(queue_sorted)
+    top_lists = lax.associative_scan(_merge_top, singletons, axis=0)  # [N, m] descending
+
+    position = jnp.arange(n, dtype=jnp.int32)
+    n_available = jnp.sum(available, dtype=jnp.int32)
+    valid_prefix = (position + 1 >= k) & (position < n_available)
+    best = jnp.argmin(_prefix_objective(tau_sorted, top_lists, valid_prefix, k, V))
+    chosen_sorted = topk_mask(queue_sorted, (position <= best) & (position < n_available), k)
+    return jnp.zeros(n, bool).at[order].set(chosen_sorted)
+
+
+def p4_objective(selected, tau_bar, queue, V):
+    """Value of P4's objective for a selection mask (0 for the empty set)."""
+    max_tau = jnp.max(jnp.where(selected, tau_bar, -jnp.inf))
+    max_tau = jnp.where(jnp.any(selected), max_tau, 0.0)
+    return V * max_tau - jnp.sum(jnp.where(selected, queue, 0))

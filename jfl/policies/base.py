@@ -1,0 +1,103 @@
+"""The policy interface and the registry that lets sweeps name policies.
+
+A policy is a triple of pure functions over its own state pytree (optax style):
+
+* ``init(key, hparams) -> state``
+* ``select(key, state, obs, hparams) -> bool[N]`` (never an unavailable client)
+* ``update(state, obs, action, feedback, hparams) -> state``
+
+``hparams`` is a dict of scalars that may be traced (so one compiled program runs a whole grid);
+shapes (number of clients N, m) and structural options are fixed when the policy is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Policy(NamedTuple):
+    init: Callable[..., Any]
+    select: Callable[..., Any]
+    update: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class HParam:
+    """A traced hyperparameter: default and allowed closed/open range."""
+
+    default: float
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    help: str = ""
+
+    def describe(self) -> str:
+        lb = "(" if self.low_open else "["
+        rb = ")" if self.high_open else "]"
+        return f"{lb}{self.low}, {self.high}{rb}"
+
+    def check(self, name: str, values) -> None:
+        v = np.asarray(values, float)
+        ok = np.isfinite(v) | (np.isinf(v) & (v > 0) & np.isinf(self.high))
+        ok &= (v > self.low) if self.low_open else (v >= self.low)
+        ok &= (v < self.high) if self.high_open else (v <= self.high)
+        if not np.all(ok):
+            bad = v[~ok].ravel()[:3].tolist()
+            raise ValueError(f"{name} must be in {self.describe()}, got {bad}")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Registry entry: how to build a policy and which hyperparameters it reads."""
+
+    name: str
+    build: Callable[..., Policy]  # build(num_clients, m, **options) -> Policy
+    hparams: Mapping[str, HParam] = field(default_factory=dict)
+    description: str = ""
+
+    def defaults(self) -> dict[str, float]:
+        return {k: h.default for k, h in self.hparams.items()}
+
+    def validate(self, hparams: Mapping[str, Any]) -> None:
+        """Check names and ranges of (possibly array-valued) hyperparameters, host side."""
+        unknown = set(hparams) - set(self.hparams)
+        if unknown:
+            raise ValueError(
+                f"policy {self.name!r} has no hyperparameter(s) {sorted(unknown)}; "
+                f"it takes {sorted(self.hparams)}"
+            )
+        for name, values in hparams.items():
+            self.hparams[name].check(name, values)
+
+    def complete(self, hparams: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults overridden by ``hparams``, validated."""
+        hparams = dict(hparams or {})
+        self.validate(hparams)
+        return {**self.defaults(), **hparams}
+
+
+REGISTRY: dict[str, PolicySpec] = {}
+
+
+def register(spec: PolicySpec) -> PolicySpec:
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> PolicySpec:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; choose from {sorted(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def check_selection_size(num_clients: int, m: int) -> None:
+    if not isinstance(num_clients, int | np.integer) or num_clients < 1:
+        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    if not isinstance(m, int | np.integer) or not 1 <= m <= num_clients:
+        raise ValueError(f"m must be an integer in [1, num_clients={num_clients}], got {m!r}")
