@@ -53,8 +53,8 @@ def _rank(unavailable, key):
 def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
     """Boolean mask of the ``k`` highest ``scores`` among ``available`` clients.
 
-    Selects exactly ``min(k, available.sum())`` clients and never an unavailable one; ties are broken
-    towards the lower client index. ``k`` may be a traced integer.
+    Selects exactly ``min(k, available.sum())`` clients and never an unavailable one; ties go
+    to the lower client index. ``k`` may be a traced integer.
 
     Args:
       scores: f[N] scores; only the order among available clients matters (no NaN).

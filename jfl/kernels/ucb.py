@@ -34,7 +34,7 @@ def ucb_bonus(count, t, scale) -> jax.Array:
 
 
 def ucb_index(stats: ArmStats, t, scale, cap=None) -> jax.Array:
-    """y + sqrt(scale · ln t / z), optionally capped (CS-UCB-Q truncates at 1; unplayed arms = cap)."""
+    """y + sqrt(scale · ln t / z), optionally capped (CS-UCB-Q truncates at 1)."""
     index = stats.mean + ucb_bonus(stats.count, t, scale)
     if cap is not None:
         index = jnp.minimum(index, cap)

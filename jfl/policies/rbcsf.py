@@ -101,6 +101,6 @@ SPEC = register(
             "theta_bound": HParam(5.0, 0.0, help="Lemma-1 S ≥ ‖θ*‖"),
             "context_bound": HParam(11.0, 0.0, help="Lemma-1 L ≥ ‖c‖"),
         },
-        description="RBCS-F: ridge LCB of exchange time + fairness queues + exact P4 (Huang et al.)",
+        description="RBCS-F: ridge LCB of exchange time, fairness queues, exact P4",
     )
 )
