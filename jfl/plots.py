@@ -1,0 +1,107 @@
+"""Paper-style figures with confidence bands over seeds (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from jfl.stats import mean_ci
+
+
+def band(ax, x, samples, label=None, level=0.95, **kwargs):
+    """Mean line and shaded Student-t band of ``samples`` [seed, x] (no band for one seed)."""
+    mean, lo, hi = mean_ci(np.asarray(samples), axis=0, level=level)
+    (line,) = ax.plot(x, mean, label=label, **kwargs)
+    if np.all(np.isfinite(lo)):
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
+    return line
+
+
+def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
+    """'rbcsf V=10' style legend label with only the hyperparameters that vary."""
+    c = ds.sel(config=config)
+    parts = [str(c["policy"].item())]
+    for name in varying:
+        value = float(c[name].item())
+        if np.isfinite(value):
+            parts.append(f"{name}={value:g}")
+    return " ".join(parts)
+
+
+def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[str]:
+    names = []
+    for name, coord in ds.coords.items():
+        if coord.dims != ("config",) or name in exclude or name == "config":
+            continue
+        values = coord.to_numpy()
+        finite = np.unique(values[np.isfinite(values)])
+        if len(finite) > 1:
+            names.append(name)
+    return names
+
+
+def _select_configs(ds: xr.Dataset, max_lines: int) -> list[int]:
+    return list(ds["config"].to_numpy()[:max_lines])
+
+
+def plot_over_rounds(
+    ds, variable, ylabel, path, title, cumulative=False, configs=None, max_lines=12
+):
+    """One banded line per configuration of ``variable`` [config, seed, round]."""
+    varying = varying_hparams(ds)
+    configs = _select_configs(ds, max_lines) if configs is None else configs
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    x = ds["round"].to_numpy()
+    for config in configs:
+        samples = ds[variable].sel(config=config).transpose("seed", "round").to_numpy()
+        if cumulative:
+            samples = np.cumsum(samples, axis=1)
+        band(ax, x, samples, label=config_label(ds, config, varying))
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_pull_record(ds, path, configs=None, max_lines=12):
+    """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4)."""
+    varying = varying_hparams(ds)
+    configs = _select_configs(ds, max_lines) if configs is None else configs
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    x = np.arange(1, ds.sizes["client"] + 1)
+    for config in configs:
+        counts = ds["selection_count"].sel(config=config).transpose("seed", "client").to_numpy()
+        band(ax, x, np.sort(counts, axis=1), label=config_label(ds, config, varying), marker=".")
+    ax.set_xlabel("client (sorted by pull count)")
+    ax.set_ylabel(f"selections after {ds.sizes['round']} rounds")
+    ax.set_title("Pull record")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
+    """Heatmap of a summary metric over two hyperparameters (mean over any others)."""
+    table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    image = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(table.columns)), [f"{v:g}" for v in table.columns], rotation=45)
+    ax.set_yticks(range(len(table.index)), [f"{v:g}" for v in table.index])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or metric)
+    fig.colorbar(image, ax=ax, label=metric)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,110 @@
+"""Labelled results: the runner's arrays as an xarray Dataset, per-run metrics and summaries.
+
+Layout: one ``config`` dimension across all policies (coordinates ``policy`` and every swept
+hyperparameter, NaN where a policy does not use it), then ``seed``, ``round`` and ``client``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from jfl.runner import PER_CLIENT, PER_ROUND, TRAJECTORY
+from jfl.stats import interval, jain_index
+
+HEADLINE_METRICS = (
+    "mean_round_time",
+    "total_time",
+    "final_queue_mean",
+    "final_queue_max",
+    "min_selection_rate",
+    "max_rate_violation",
+    "jain_index",
+    "selected_per_round",
+)
+
+
+def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) -> xr.Dataset:
+    """Arrays with leading axes [config, seed] and a config table -> labelled Dataset."""
+    seeds = np.asarray(seeds)
+    data_vars = {}
+    for name, value in outputs.items():
+        value = np.asarray(value)
+        if name in PER_ROUND:
+            dims = ("config", "seed", "round")
+        elif name in PER_CLIENT:
+            dims = ("config", "seed", "client")
+        elif name in TRAJECTORY:
+            dims = ("config", "seed", "round", "client")
+        else:
+            raise ValueError(f"unknown output {name!r}")
+        data_vars[name] = (dims, value)
+    first = np.asarray(next(iter(outputs.values())))
+    coords = {"config": np.arange(len(configs)), "seed": seeds}
+    if "round_time" in outputs:
+        coords["round"] = np.arange(1, first.shape[2] + 1)
+    if "selection_count" in outputs:
+        coords["client"] = np.arange(np.asarray(outputs["selection_count"]).shape[2])
+    for column in configs.columns:
+        values = configs[column].to_numpy()
+        if column == "policy":
+            values = values.astype(str)
+        else:
+            values = values.astype(float)
+        coords[column] = ("config", values)
+    return xr.Dataset(data_vars, coords=coords)
+
+
+def run_metrics(ds: xr.Dataset) -> xr.Dataset:
+    """Headline metrics of SPEC §4 for every (config, seed)."""
+    rounds = ds.sizes["round"]
+    rate = ds["selection_count"] / rounds
+    min_rate = rate.min("client")
+    target = ds["queue_rate"] if "queue_rate" in ds.coords else 0.0
+    metrics = {
+        "mean_round_time": ds["round_time"].mean("round"),
+        "total_time": ds["round_time"].sum("round"),
+        "final_queue_mean": ds["final_queue"].mean("client"),
+        "final_queue_max": ds["final_queue"].max("client"),
+        "min_selection_rate": min_rate,
+        "max_rate_violation": np.maximum(target - min_rate, 0.0),
+        "jain_index": xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
+        "selected_per_round": ds["num_selected"].mean("round"),
+    }
+    return xr.Dataset(metrics)
+
+
+def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.DataFrame:
+    """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``."""
+    metrics = run_metrics(ds)
+    label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
+    table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
+    table.insert(
+        list(table.columns).index("policy") + 1 if "policy" in table else 0,
+        "n_seeds",
+        ds.sizes["seed"],
+    )
+    for name in HEADLINE_METRICS:
+        values = metrics[name].transpose("config", "seed").to_numpy()
+        mean, lo, hi = interval(values, axis=1, level=level, method=method)
+        table[name] = mean
+        table[f"{name}_lo"] = lo
+        table[f"{name}_hi"] = hi
+    return table
+
+
+def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None) -> None:
+    ds = ds.copy()
+    if metadata is not None:
+        ds.attrs["metadata"] = json.dumps(metadata, default=str)
+    ds.to_netcdf(path, engine="h5netcdf")
+
+
+def load_dataset(path) -> xr.Dataset:
+    """Open a results file written by a sweep (loads it into memory)."""
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return ds.load()

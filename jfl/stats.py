@@ -1,0 +1,73 @@
+"""Confidence bands over seeds: Student-t intervals (default) and bootstrap intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats as sps
+
+
+def mean_ci(samples, axis: int = 0, level: float = 0.95):
+    """Mean and the two-sided Student-t interval of the mean along ``axis``.
+
+    With a single sample the interval is undefined and returned as NaN.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    x = np.asarray(samples, float)
+    n = x.shape[axis]
+    mean = x.mean(axis=axis)
+    if n < 2:
+        nan = np.full_like(mean, np.nan)
+        return mean, nan, nan
+    sem = x.std(axis=axis, ddof=1) / np.sqrt(n)
+    half = sps.t.ppf(0.5 + level / 2, df=n - 1) * sem
+    return mean, mean - half, mean + half
+
+
+def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int = 2000, seed=0):
+    """Mean and a BCa bootstrap interval of the mean along ``axis`` (scipy.stats.bootstrap)."""
+    x = np.asarray(samples, float)
+    mean = x.mean(axis=axis)
+    if x.shape[axis] < 2:
+        nan = np.full_like(mean, np.nan)
+        return mean, nan, nan
+    # BCa is undefined for constant samples; those get a zero-width interval.
+    constant = np.all(x == np.take(x, [0], axis=axis), axis=axis)
+    safe = np.where(
+        np.expand_dims(constant, axis),
+        x + np.random.default_rng(seed).normal(scale=1e-12, size=x.shape),
+        x,
+    )
+    res = sps.bootstrap(
+        (safe,),
+        np.mean,
+        axis=axis,
+        confidence_level=level,
+        n_resamples=n_resamples,
+        rng=np.random.default_rng(seed),
+        method="BCa",
+    )
+    lo = np.where(constant, mean, res.confidence_interval.low)
+    hi = np.where(constant, mean, res.confidence_interval.high)
+    return mean, lo, hi
+
+
+def interval(samples, axis: int = 0, level: float = 0.95, method: str = "t"):
+    if method == "t":
+        return mean_ci(samples, axis, level)
+    if method == "bootstrap":
+        return bootstrap_ci(samples, axis, level)
+    raise ValueError(f"interval method must be 't' or 'bootstrap', got {method!r}")
+
+
+def jain_index(rates, axis: int = -1):
+    """Jain's fairness index (Σx)² / (n Σx²); 1 for equal rates, 1/n for one client only.
+
+    Defined as 1 when every rate is 0 (nobody is favoured).
+    """
+    x = np.asarray(rates, float)
+    n = x.shape[axis]
+    num = x.sum(axis=axis) ** 2
+    den = n * (x**2).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), 1.0)

@@ -1,0 +1,387 @@
+"""Sweep utilities: grids, memory-bounded chunks, sharding over devices, resumable storage.
+
+A sweep is a table of configurations (one row per policy × hyperparameter combination) run over a
+shared set of seeds. Each policy compiles once; its configurations run in chunks of a fixed size
+(the last one padded), each chunk written atomically to ``<out>/chunks`` as soon as it finishes,
+so an interrupted sweep loses at most the chunk in flight and ``resume`` picks up the rest with
+bit-identical results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
+
+from jfl.policies import get as get_policy
+
+MANIFEST = "manifest.json"
+CHUNK_DIR = "chunks"
+_RANGE = re.compile(r"^\s*([^:]+):([^:]+):([^:]+)\s*$")
+
+
+# --------------------------------------------------------------------------- grids
+
+
+def parse_values(text: str, name: str) -> list[float]:
+    """``"1,10,20"`` or an inclusive range ``"start:stop:count"`` (``"0:50:11"`` → 0, 5, …, 50)."""
+    text = str(text).strip()
+    try:
+        match = _RANGE.match(text)
+        if match:
+            start, stop, count = float(match[1]), float(match[2]), match[3]
+            if not count.strip().isdigit() or int(count) < 1:
+                raise ValueError
+            return [float(v) for v in np.linspace(start, stop, int(count))]
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(
+            f"--{name}: expected a comma-separated list (1,10,20) or start:stop:count "
+            f"(0:50:11), got {text!r}"
+        ) from None
+    if not values:
+        raise ValueError(f"--{name}: no values given")
+    return values
+
+
+def config_table(
+    policies: Sequence[str],
+    swept: Mapping[str, Sequence[float]],
+    fixed: Mapping[str, float] | None = None,
+    fairness_target: float = 0.15,
+) -> pd.DataFrame:
+    """Cartesian grid per policy over the swept hyperparameters that policy reads.
+
+    Columns: ``policy``, every swept name (NaN where the policy does not use it), and
+    ``queue_rate``: the rate of the fairness queue the runner measures (β for policies that have
+    one, ``fairness_target`` otherwise). Values are validated against each policy's ranges.
+    """
+    fixed = dict(fixed or {})
+    if not policies:
+        raise ValueError("--policies: give at least one policy")
+    if len(set(policies)) != len(policies):
+        raise ValueError(f"--policies: duplicate names in {list(policies)}")
+    if not 0 <= fairness_target <= 1:
+        raise ValueError(f"fairness_target must be in [0, 1], got {fairness_target}")
+    rows = []
+    for name in policies:
+        spec = get_policy(name)
+        used = [k for k in swept if k in spec.hparams]
+        spec.validate({k: swept[k] for k in used})
+        spec.validate({k: v for k, v in fixed.items() if k in spec.hparams})
+        for values in itertools.product(*(swept[k] for k in used)):
+            row = {
+                "policy": name,
+                **{k: np.nan for k in swept},
+                **dict(zip(used, values, strict=True)),
+            }
+            row["queue_rate"] = row["beta"] if "beta" in used else fairness_target
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["policy", *swept, "queue_rate"])
+
+
+def policy_hparams(name: str, rows: pd.DataFrame, fixed: Mapping[str, float] | None = None):
+    """Full per-config hyperparameter arrays for ``name`` (defaults, then fixed, then swept)."""
+    spec = get_policy(name)
+    fixed = {k: v for k, v in (fixed or {}).items() if k in spec.hparams}
+    values = spec.complete(fixed)
+    out = {}
+    for key, default in values.items():
+        if key in rows and rows[key].notna().all():
+            out[key] = rows[key].to_numpy(np.float32)
+        else:
+            out[key] = np.full(len(rows), default, np.float32)
+    return out
+
+
+# --------------------------------------------------------------------------- chunking
+
+
+def bytes_per_run(num_rounds: int, num_clients: int, m: int, trajectories: bool) -> int:
+    """Rough upper bound of device memory one (config, seed) run needs, outputs included."""
+    outputs = 4 * 4 * num_rounds + 8 * num_clients
+    if trajectories:
+        outputs += 5 * num_rounds * num_clients
+    working = 4 * (24 * num_clients + 8 * num_clients**2 + 2 * num_clients * m)
+    return 2 * (outputs + working)  # ×2: double-buffered outputs and XLA temporaries
+
+
+def auto_chunk_size(
+    num_configs: int, num_seeds: int, per_run_bytes: int, budget_bytes: int, devices: int = 1
+) -> int:
+    """Largest number of configurations per chunk that fits ``budget_bytes``."""
+    per_config = max(1, num_seeds * per_run_bytes)
+    size = max(1, budget_bytes // per_config)
+    size = min(size, num_configs)
+    return _round_up(size, devices)
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class ChunkStore:
+    """Finished chunks as ``.npz`` files under ``<root>/chunks/<label>/``, written atomically."""
+
+    def __init__(self, root):
+        self.root = Path(root)
+
+    def path(self, label: str, index: int) -> Path:
+        return self.root / CHUNK_DIR / label / f"chunk_{index:06d}.npz"
+
+    def save(self, label: str, index: int, arrays: Mapping[str, np.ndarray]) -> None:
+        target = self.path(label, index)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, target)
+
+    def load(self, label: str, index: int, expected: Mapping[str, tuple]) -> dict | None:
+        """The chunk's arrays, ``None`` if absent; a clear error if it is corrupt."""
+        path = self.path(label, index)
+        if not path.exists():
+            return None
+        try:
+            with np.load(path) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+            raise ValueError(
+                f"corrupt results directory: cannot read {path} ({err}); delete that file to "
+                "recompute the chunk, or start again without --resume"
+            ) from None
+        for name, shape in expected.items():
+            if name not in arrays or arrays[name].shape != tuple(shape):
+                got = arrays[name].shape if name in arrays else "missing"
+                raise ValueError(
+                    f"corrupt results directory: {path} has {name} of shape {got}, expected "
+                    f"{tuple(shape)}; delete that file to recompute the chunk"
+                )
+        return arrays
+
+
+def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool) -> None:
+    """Create ``out`` or check that it can be resumed, before any computation."""
+    out = Path(out)
+    path = out / MANIFEST
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory")
+    if resume:
+        if not path.exists():
+            if out.exists() and any(out.iterdir()):
+                raise ValueError(
+                    f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is "
+                    "corrupt): pick another --out or drop --resume"
+                )
+        else:
+            try:
+                old = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as err:
+                raise ValueError(f"corrupt results directory: cannot read {path} ({err})") from None
+            differences = [k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k)]
+            if differences:
+                detail = "; ".join(
+                    f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in sorted(differences)
+                )
+                raise ValueError(
+                    f"--resume: the settings differ from the run in {out} ({detail}); use the "
+                    "same settings or another --out"
+                )
+            return
+    elif path.exists() or (out / CHUNK_DIR).exists():
+        if not overwrite:
+            raise ValueError(
+                f"--out {out} already holds a sweep; pass --resume to continue it or --overwrite "
+                "to start again"
+            )
+        shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def _sharding():
+    devices = jax.devices()
+    if len(devices) == 1:
+        return None, None
+    mesh = Mesh(np.array(devices), ("config",))
+    return NamedSharding(mesh, PartitionSpec("config")), NamedSharding(mesh, PartitionSpec())
+
+
+def run_chunked(
+    batched: Callable,
+    keys: jax.Array,
+    hparams: Mapping[str, np.ndarray],
+    queue_rate: np.ndarray,
+    chunk_size: int,
+    *,
+    store: ChunkStore | None = None,
+    label: str = "run",
+    progress: tqdm | None = None,
+) -> dict[str, np.ndarray]:
+    """Run ``batched(keys, hparams, queue_rate)`` over configurations in fixed-size chunks.
+
+    Every chunk has exactly ``chunk_size`` configurations (the last is padded by repeating its
+    final row and trimmed afterwards), so the whole sweep reuses one compiled program. With
+    several devices the configuration axis is sharded across them (``chunk_size`` must then be a
+    multiple of the device count). Finished chunks are saved to / reloaded from ``store``.
+    """
+    num_configs = len(queue_rate)
+    config_sharding, replicated = _sharding()
+    num_devices = jax.device_count()
+    if chunk_size < 1 or chunk_size % num_devices:
+        raise ValueError(
+            f"chunk_size must be a positive multiple of the device count ({num_devices}), "
+            f"got {chunk_size}"
+        )
+    num_chunks = math.ceil(num_configs / chunk_size)
+
+    def chunk_rows(index):
+        start, stop = index * chunk_size, min((index + 1) * chunk_size, num_configs)
+        return start, stop, np.arange(start, start + chunk_size).clip(max=stop - 1)
+
+    def chunk_inputs(rows):
+        return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, jnp.asarray(queue_rate[rows])
+
+    # Shapes of one configuration's outputs, to validate stored chunks before computing anything.
+    shapes = jax.eval_shape(batched, keys, *chunk_inputs(chunk_rows(0)[2]))
+    per_config = {k: v.shape[1:] for k, v in shapes._asdict().items() if v is not None}
+    finished = {}
+    if store is not None:
+        for index in range(num_chunks):
+            start, stop, _ = chunk_rows(index)
+            expected = {k: (stop - start, *shape) for k, shape in per_config.items()}
+            arrays = store.load(label, index, expected)
+            if arrays is not None:
+                finished[index] = arrays
+
+    results = []
+    for index in range(num_chunks):
+        start, stop, rows = chunk_rows(index)
+        chunk = finished.get(index)
+        if chunk is None:
+            hp, qr = chunk_inputs(rows)
+            k_in = keys
+            if config_sharding is not None:
+                hp = jax.device_put(hp, config_sharding)
+                qr = jax.device_put(qr, config_sharding)
+                k_in = jax.device_put(keys, replicated)
+            output = batched(k_in, hp, qr)
+            chunk = {name: np.asarray(getattr(output, name))[: stop - start] for name in per_config}
+            if store is not None:
+                store.save(label, index, chunk)
+        results.append(chunk)
+        if progress is not None:
+            progress.update(stop - start)
+    return {k: np.concatenate([r[k] for r in results]) for k in per_config}
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def run_policy_grid(
+    env,
+    env_params,
+    configs: pd.DataFrame,
+    *,
+    num_clients: int,
+    m: int,
+    num_rounds: int,
+    seeds: Sequence[int],
+    base_seed: int = 0,
+    chunk_size: int,
+    fixed: Mapping[str, float] | None = None,
+    store: ChunkStore | None = None,
+    trajectories: bool = False,
+    show_progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Run every configuration of ``configs`` (rows grouped by policy) over ``seeds``.
+
+    One compiled program per policy; outputs have leading axes [config, seed] in table order.
+    """
+    from jfl.runner import make_batched_run, make_run, seed_keys
+
+    keys = seed_keys(base_seed, seeds)
+    per_policy = []
+    bar = tqdm(total=len(configs), unit="config", disable=not show_progress, desc="sweep")
+    try:
+        for name in pd.unique(configs["policy"]):
+            rows = configs[configs["policy"] == name]
+            if not np.array_equal(rows.index, np.arange(rows.index[0], rows.index[-1] + 1)):
+                raise ValueError("configs must list each policy's rows contiguously")
+            policy = get_policy(name).build(num_clients, m)
+            batched = make_batched_run(
+                make_run(env, env_params, policy, num_rounds, trajectories=trajectories)
+            )
+            bar.set_postfix_str(name)
+            per_policy.append(
+                run_chunked(
+                    batched,
+                    keys,
+                    policy_hparams(name, rows, fixed),
+                    rows["queue_rate"].to_numpy(np.float32),
+                    chunk_size,
+                    store=store,
+                    label=name,
+                    progress=bar,
+                )
+            )
+    finally:
+        bar.close()
+    return {k: np.concatenate([p[k] for p in per_policy]) for k in per_policy[0]}
+
+
+def run_metadata(settings: Mapping, wall_seconds: float | None = None) -> dict:
+    """Everything needed to reproduce a run: settings, versions, commit, devices."""
+    import platform
+    import subprocess
+    import sys
+    from importlib import metadata as importlib_metadata
+
+    versions = {}
+    for package in ("jfl", "jax", "jaxlib", "numpy", "scipy", "xarray", "pandas", "flax"):
+        try:
+            versions[package] = importlib_metadata.version(package)
+        except importlib_metadata.PackageNotFoundError:
+            versions[package] = None
+    try:
+        root = Path(__file__).resolve().parent
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return {
+        "config": dict(settings),
+        "versions": versions,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "git_commit": commit or None,
+        "git_dirty": bool(dirty),
+        "devices": [str(d) for d in jax.devices()],
+        "backend": jax.default_backend(),
+        "wall_seconds": wall_seconds,
+    }
