@@ -141,13 +141,12 @@ class RbcsfEnv:
         return make_params(**overrides)
 
     def draw_conditions(self, key, params: RbcsfParams) -> Conditions:
+        # One draw for all three: fewer, larger PRNG calls are markedly faster on CPU.
         n = params.num_clients
-        dtype = params.theta.dtype
-        k_cpu, k_bw, k_av = jax.random.split(key, 3)
-        cpu = jax.random.uniform(k_cpu, (n,), dtype, params.cpu_low, params.cpu_high)
-        bw = jax.random.uniform(k_bw, (n,), dtype, params.bandwidth_low, params.bandwidth_high)
-        available = jax.random.bernoulli(k_av, params.p_available, (n,))
-        return Conditions(cpu_ratio=cpu, bandwidth=bw, available=available)
+        u = jax.random.uniform(key, (3, n), params.theta.dtype)
+        cpu = params.cpu_low + (params.cpu_high - params.cpu_low) * u[0]
+        bw = params.bandwidth_low + (params.bandwidth_high - params.bandwidth_low) * u[1]
+        return Conditions(cpu_ratio=cpu, bandwidth=bw, available=u[2] < params.p_available)
 
     def draw_noise(self, key, params: RbcsfParams) -> jax.Array:
         n = params.num_clients

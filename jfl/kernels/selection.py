@@ -120,19 +120,14 @@ def _dnc_small(tau_bar, queue, available, k, m, V):
     n = tau_bar.shape[0]
     position = jnp.arange(n, dtype=jnp.int32)
     rank = _counting_rank(~available, tau_bar)  # position of each client in the tau_bar order
-    # Materialise the O(N^2) reduction once; fused into its [N, N] consumers it is recomputed
-    # per element (O(N^3)).
-    rank = lax.optimization_barrier(rank)
-    at_position = rank[None, :] == position[:, None]  # one-hot [position, client]
-    # Gathers as one-hot sums: a single non-zero term, so exact.
-    tau_sorted = jnp.sum(jnp.where(at_position, tau_bar[None, :], 0), axis=1)
-    queue_sorted = jnp.sum(jnp.where(at_position, queue[None, :], 0), axis=1)
+    both = jnp.stack([tau_bar, queue], axis=-1)
+    tau_sorted, queue_sorted = jnp.zeros_like(both).at[rank].set(both, unique_indices=True).T
 
     def insert(buffer, value):
         buffer = _insert_descending(buffer, value)
         return buffer, buffer
 
-    # A scan rather than an unrolled loop: unrolled, XLA fuses the gather above into every step.
+    # A scan rather than an unrolled loop: unrolled, XLA fuses the scatter above into every step.
     empty = jnp.full((m,), -jnp.inf, queue.dtype)
     _, top_lists = lax.scan(insert, empty, queue_sorted)  # [N, m]: top-m queues of each prefix
 
@@ -142,12 +137,12 @@ def _dnc_small(tau_bar, queue, available, k, m, V):
 
     # The k largest queues of the best prefix: all above the k-th value, then ties in order.
     threshold = top_lists[best, jnp.maximum(k - 1, 0)]
-    in_prefix = available & (rank <= best)
-    above = in_prefix & (queue > threshold)
-    tied = in_prefix & (queue == threshold)
-    tied_before = jnp.sum(tied[:, None] & (rank[:, None] < rank[None, :]), axis=0)
+    in_prefix = position <= best
+    above = in_prefix & (queue_sorted > threshold)
+    tied = in_prefix & (queue_sorted == threshold)
     need = k - jnp.sum(above, dtype=jnp.int32)
-    return (above | (tied & (tied_before < need))) & (k > 0)
+    chosen_sorted = above | (tied & (jnp.cumsum(tied, dtype=jnp.int32) <= need))
+    return chosen_sorted[rank] & (k > 0)
 
 
 def _merge_top(a, b):

@@ -1,0 +1,110 @@
+"""RBCS-F paper claims (SPEC §5) on fixed seeds.
+
+Every comparison uses the Student-t 95% intervals over seeds: a claim "A < B" holds when A's
+upper bound is below B's lower bound, so the tolerance comes from the seed count alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jfl.envs import RbcsfEnv
+from jfl.results import run_metrics, to_dataset
+from jfl.stats import mean_ci
+from jfl.sweep import config_table, run_policy_grid
+
+VS = (1.0, 10.0, 50.0)
+
+
+def _paper_run(num_seeds):
+    configs = config_table(
+        ["rbcsf", "random", "fedcs"],
+        {"V": list(VS), "beta": [0.15], "alpha": [0.1], "deadline": [3.0]},
+    )
+    env = RbcsfEnv()
+    outputs = run_policy_grid(
+        env, env.default_params(), configs, num_clients=40, m=8, num_rounds=500,
+        seeds=np.arange(num_seeds), base_seed=2024, chunk_size=len(VS), show_progress=False,
+    )  # fmt: skip
+    return to_dataset(outputs, configs, np.arange(num_seeds))
+
+
+@pytest.fixture(
+    scope="module", params=[16, pytest.param(64, marks=pytest.mark.slow)], ids=["16", "64"]
+)
+def paper(request):
+    ds = _paper_run(request.param)
+    return ds, run_metrics(ds)
+
+
+def _ci(values):
+    mean, lo, hi = mean_ci(np.asarray(values), axis=0)
+    return float(mean), float(lo), float(hi)
+
+
+def _below(a, b):
+    """CI of a entirely below CI of b."""
+    return _ci(a)[2] < _ci(b)[1]
+
+
+def _metric(metrics, ds, name, policy, V=None):
+    mask = ds["policy"].to_numpy() == policy
+    if V is not None:
+        mask &= ds["V"].to_numpy() == V
+    (config,) = np.flatnonzero(mask)
+    return metrics[name].isel(config=config).to_numpy()
+
+
+def test_queues_flatten_and_larger_V_plateaus_higher_and_later(paper):
+    """Fig. 2: every mean-queue curve flattens; larger V → higher plateau, slower flattening."""
+    ds, metrics = paper
+    finals, settle = [], []
+    for V in VS:
+        (config,) = np.flatnonzero((ds["policy"].to_numpy() == "rbcsf") & (ds["V"] == V).to_numpy())
+        queue = ds["queue_mean"].isel(config=config).to_numpy()  # [seed, round]
+        early = (queue[:, 99] - queue[:, 0]) / 99
+        late = (queue[:, -1] - queue[:, -101]) / 100
+        assert _below(late, 0.5 * early), f"V={V}: queue does not flatten"
+        finals.append(_metric(metrics, ds, "final_queue_mean", "rbcsf", V))
+        # Rounds until the backlog first reaches 90% of its peak: how long it takes to settle.
+        settle.append(np.argmax(queue >= 0.9 * queue.max(axis=1, keepdims=True), axis=1))
+    for smaller, larger in zip(finals, finals[1:], strict=False):
+        assert _below(smaller, larger)
+    for smaller, larger in zip(settle, settle[1:], strict=False):
+        assert _below(smaller, larger)
+
+
+def test_round_time_orders_random_rbcsf_fedcs_and_decreases_with_V(paper):
+    """Fig. 3: Random slowest, FedCS(3) fastest, RBCS-F between, faster with larger V."""
+    ds, metrics = paper
+    times = [_metric(metrics, ds, "mean_round_time", "rbcsf", V) for V in VS]
+    for smaller_V, larger_V in zip(times, times[1:], strict=False):
+        assert _below(larger_V, smaller_V)
+    random = _metric(metrics, ds, "mean_round_time", "random")
+    fedcs = _metric(metrics, ds, "mean_round_time", "fedcs")
+    assert all(_below(t, random) for t in times)
+    assert all(_below(fedcs, t) for t in times)
+
+
+def test_pull_records_even_for_random_and_small_V_skewed_for_large_V_and_fedcs(paper):
+    """Fig. 4: Jain index of the selection rates falls from Random/small V to large V/FedCS."""
+    ds, metrics = paper
+    jain = {
+        "random": _metric(metrics, ds, "jain_index", "random"),
+        "V=1": _metric(metrics, ds, "jain_index", "rbcsf", 1.0),
+        "V=50": _metric(metrics, ds, "jain_index", "rbcsf", 50.0),
+        "fedcs": _metric(metrics, ds, "jain_index", "fedcs"),
+    }
+    order = ["random", "V=1", "V=50", "fedcs"]
+    for fairer, less_fair in zip(order, order[1:], strict=False):
+        assert _below(jain[less_fair], jain[fairer]), (fairer, less_fair)
+
+
+def test_fedcs_selects_about_eight_clients_a_round(paper):
+    """Footnote 5: a 3 s deadline makes FedCS select about m = 8 clients a round."""
+    ds, metrics = paper
+    mean, lo, hi = _ci(_metric(metrics, ds, "selected_per_round", "fedcs"))
+    assert 6.0 <= lo and hi <= 10.0, (mean, lo, hi)
+    for V in VS:  # RBCS-F always picks k = min(8, #available), which is 8 w.h.p. with N = 40
+        assert _ci(_metric(metrics, ds, "selected_per_round", "rbcsf", V))[0] > 7.9
