@@ -6,6 +6,8 @@ upper bound is below B's lower bound, so the tolerance comes from the seed count
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -69,9 +71,9 @@ def test_queues_flatten_and_larger_V_plateaus_higher_and_later(paper):
         finals.append(_metric(metrics, ds, "final_queue_mean", "rbcsf", V))
         # Rounds until the backlog first reaches 90% of its peak: how long it takes to settle.
         settle.append(np.argmax(queue >= 0.9 * queue.max(axis=1, keepdims=True), axis=1))
-    for smaller, larger in zip(finals, finals[1:], strict=False):
+    for smaller, larger in itertools.pairwise(finals):
         assert _below(smaller, larger)
-    for smaller, larger in zip(settle, settle[1:], strict=False):
+    for smaller, larger in itertools.pairwise(settle):
         assert _below(smaller, larger)
 
 
@@ -79,7 +81,7 @@ def test_round_time_orders_random_rbcsf_fedcs_and_decreases_with_V(paper):
     """Fig. 3: Random slowest, FedCS(3) fastest, RBCS-F between, faster with larger V."""
     ds, metrics = paper
     times = [_metric(metrics, ds, "mean_round_time", "rbcsf", V) for V in VS]
-    for smaller_V, larger_V in zip(times, times[1:], strict=False):
+    for smaller_V, larger_V in itertools.pairwise(times):
         assert _below(larger_V, smaller_V)
     random = _metric(metrics, ds, "mean_round_time", "random")
     fedcs = _metric(metrics, ds, "mean_round_time", "fedcs")
@@ -97,7 +99,7 @@ def test_pull_records_even_for_random_and_small_V_skewed_for_large_V_and_fedcs(p
         "fedcs": _metric(metrics, ds, "jain_index", "fedcs"),
     }
     order = ["random", "V=1", "V=50", "fedcs"]
-    for fairer, less_fair in zip(order, order[1:], strict=False):
+    for fairer, less_fair in itertools.pairwise(order):
         assert _below(jain[less_fair], jain[fairer]), (fairer, less_fair)
 
 

@@ -125,11 +125,11 @@ def test_corrupt_chunk_is_reported_before_computing(setup, tmp_path):
     run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
     path = store.path("p", 1)
     path.write_bytes(b"not a zip file")
-    with pytest.raises(ValueError, match="corrupt results directory.*chunk_000001"):
+    with pytest.raises(ValueError, match=r"corrupt results directory.*chunk_000001"):
         run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
     arrays = {k: np.zeros((4, 1)) for k in ("round_time",)}
     store.save("p", 1, arrays)
-    with pytest.raises(ValueError, match="corrupt results directory.*shape"):
+    with pytest.raises(ValueError, match=r"corrupt results directory.*shape"):
         run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
 
 
