@@ -39,12 +39,12 @@ class HParam:
 
     def describe(self) -> str:
         lb = "(" if self.low_open else "["
-        rb = ")" if self.high_open else "]"
+        rb = ")" if self.high_open or math.isinf(self.high) else "]"
         return f"{lb}{self.low}, {self.high}{rb}"
 
     def check(self, name: str, values) -> None:
         v = np.asarray(values, float)
-        ok = np.isfinite(v) | (np.isinf(v) & (v > 0) & np.isinf(self.high))
+        ok = np.isfinite(v)
         ok &= (v > self.low) if self.low_open else (v >= self.low)
         ok &= (v < self.high) if self.high_open else (v <= self.high)
         if not np.all(ok):

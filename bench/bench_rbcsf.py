@@ -1,0 +1,169 @@
+"""Benchmark: jfl against a plain NumPy per-seed loop on the RBCS-F setting, measured side by side.
+
+    python bench/bench_rbcsf.py            # full table (a few minutes on a 2-core CPU)
+    python bench/bench_rbcsf.py --quick    # smaller batches, for a smoke run
+    python bench/bench_rbcsf.py --memory   # also the 10^5-configuration chunked-grid memory run
+
+Prints, for the same machine and the same run:
+  1. simulation throughput in config-rounds per second (one config-round = one configuration and
+     seed advanced by one round) for the NumPy loop (``jfl.reference.rbcsf_numpy_loop``) and for
+     jfl's jitted, vmapped runner at several batch sizes, and their ratio;
+  2. the exact P4 kernel ``divide_and_conquer`` for N = 40 … 10^6 (m = 8) against the NumPy
+     prefix-heap solver, with the growth factor per 10× N;
+  3. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+No number here is asserted anywhere; README records a table from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jfl.envs import RbcsfEnv
+from jfl.kernels import divide_and_conquer
+from jfl.policies import get
+from jfl.reference.numpy_rbcsf import p4_objective, p4_prefix_heap, rbcsf_numpy_loop
+from jfl.runner import make_batched_run, make_run, seed_keys
+
+N, M, T = 40, 8, 500
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, jax {jax.__version__}, devices {jax.devices()}"
+
+
+def numpy_throughput(num_seeds: int, rounds: int) -> float:
+    start = time.perf_counter()
+    for seed in range(num_seeds):
+        rbcsf_numpy_loop(seed, rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
+    return num_seeds * rounds / (time.perf_counter() - start)
+
+
+def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
+    """(config-rounds/s, compile+first-run seconds) for ``batch`` = configs × seeds."""
+    env = RbcsfEnv()
+    spec = get("rbcsf")
+    seeds = min(seeds_per_config, batch)
+    configs = batch // seeds
+    run = make_batched_run(make_run(env, env.default_params(), spec.build(N, M), rounds))
+    hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
+    hparams["V"] = jnp.linspace(0.0, 50.0, configs, dtype=jnp.float32)
+    keys = seed_keys(0, np.arange(seeds))
+    start = time.perf_counter()
+    jax.block_until_ready(run(keys, hparams, hparams["beta"]))
+    first = time.perf_counter() - start
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run(keys, hparams, hparams["beta"]))
+        best = min(best, time.perf_counter() - start)
+    return configs * seeds * rounds / best, first
+
+
+def kernel_times(sizes, repeats: int = 5):
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in sizes:
+        tau = rng.uniform(0, 20, n).astype(np.float32)
+        queue = rng.uniform(0, 30, n).astype(np.float32)
+        available = rng.random(n) < 0.8
+        solve = jax.jit(divide_and_conquer, static_argnums=3)
+        args = (jnp.asarray(tau), jnp.asarray(queue), jnp.asarray(available))
+        start = time.perf_counter()
+        mask = np.asarray(solve(*args, M, 10.0))
+        compile_s = time.perf_counter() - start
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(solve(*args, M, 10.0))
+            best = min(best, time.perf_counter() - start)
+        start = time.perf_counter()
+        ref_value, _ = p4_prefix_heap(tau, queue, available, M, 10.0)
+        numpy_s = time.perf_counter() - start
+        gap = p4_objective(mask, tau, queue, 10.0) - ref_value
+        rows.append((n, best, compile_s, numpy_s, gap))
+    return rows
+
+
+def memory_run(num_configs: int, rounds: int, chunk: int) -> dict:
+    """Peak RSS of a chunked grid in a fresh process (so earlier allocations do not count)."""
+    code = f"""
+import json, resource, time, numpy as np
+from jfl.envs import RbcsfEnv
+from jfl.sweep import config_table, run_policy_grid
+V = list(np.linspace(0, 50, {num_configs}))
+configs = config_table(["rbcsf"], {{"V": V}})
+env = RbcsfEnv()
+start = time.perf_counter()
+out = run_policy_grid(env, env.default_params(), configs, num_clients={N}, m={M},
+    num_rounds={rounds}, seeds=np.arange(1), chunk_size={chunk}, show_progress=False)
+wall = time.perf_counter() - start
+stored = sum(v.nbytes for v in out.values())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({{"wall_s": wall, "peak_rss_bytes": peak, "results_bytes": stored}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small batches and sizes")
+    parser.add_argument("--memory", action="store_true", help="run the 10^5-config grid")
+    parser.add_argument("--numpy-seeds", type=int, default=4, help="seeds timed for NumPy")
+    args = parser.parse_args(argv)
+
+    print(f"machine: {machine()}")
+    rounds = 100 if args.quick else T
+    batches = (64, 256) if args.quick else (64, 1024, 8192)
+    numpy_rate = numpy_throughput(args.numpy_seeds, rounds)
+    print(f"\n1. RBCS-F simulation, N={N}, m={M}, T={rounds} (config-rounds per second)")
+    print(
+        f"{'implementation':<28}{'batch':>8}{'config-rounds/s':>18}{'× NumPy':>10}{'compile s':>11}"
+    )
+    print(f"{'NumPy per-seed loop':<28}{1:>8}{numpy_rate:>18,.0f}{1:>10.1f}{'-':>11}")
+    for batch in batches:
+        rate, first = jfl_throughput(batch, rounds)
+        ratio = rate / numpy_rate
+        print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+
+    sizes = (40, 1_000, 10_000) if args.quick else (40, 1_000, 10_000, 100_000, 1_000_000)
+    print(f"\n2. divide_and_conquer (exact P4), m={M}, one instance, jitted")
+    header = ("N", "jfl s", "growth/10×N", "NumPy heap s", "× NumPy", "obj gap")
+    print("".join(f"{h:>{w}}" for h, w in zip(header, (10, 12, 13, 14, 9, 10), strict=True)))
+    previous = None
+    for n, seconds, _, numpy_s, gap in kernel_times(sizes):
+        growth = "" if previous is None else f"{seconds / previous:.1f}"
+        speedup = numpy_s / seconds
+        print(f"{n:>10,}{seconds:>12.2e}{growth:>13}{numpy_s:>14.2e}{speedup:>9.1f}{gap:>10.1e}")
+        previous = seconds
+
+    if args.memory:
+        configs, chunk = 100_000, 4_096
+        result = memory_run(configs, T, chunk)
+        print(f"\n3. chunked grid: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
+        print(
+            f"wall {result['wall_s']:.0f} s, peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB, "
+            f"results {result['results_bytes'] / 2**30:.2f} GiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

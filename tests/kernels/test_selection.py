@@ -1,0 +1,379 @@
+"""Selection kernels against the NumPy references of ``jfl.reference``.
+
+``divide_and_conquer`` (both its small-pool and its large-pool code path) and ``topk_mask`` are run
+under ``jit(vmap(...))`` on batches of random instances and compared with brute force / a plain
+NumPy top-k. Integer-valued inputs create ties in τ̄ and Z and make every objective exact in float32,
+so those comparisons are exact; float inputs are compared with a rounding tolerance.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfl.kernels import divide_and_conquer, p4_objective, selection, topk_mask
+from jfl.reference import p4_algorithm1, p4_bruteforce, p4_prefix_heap
+from jfl.reference import p4_objective as ref_objective
+
+EPS32 = float(np.finfo(np.float32).eps)
+PAD_N = 9  # small instances (1..9 real clients) are padded with unavailable clients to this width
+V_CHOICES = (0.0, 0.25, 1.0, 1e6)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def random_instances(rng, count, width, *, integer, n_real_low=1):
+    """``count`` P4 instances of ``width`` clients, float32.
+
+    Each instance has ``n_real`` in [n_real_low, width] real clients; the others are padding that is
+    never available (with random, attractive τ̄ and Z, so that selecting one would show).
+    Availability probabilities include 0 (nobody available) and 1 (everyone available).
+    Integer inputs take values in 0..4 (many ties); float inputs are continuous.
+    """
+    n_real = rng.integers(n_real_low, width + 1, count)
+    p_available = rng.choice([0.0, 0.3, 0.7, 1.0], count)
+    available = rng.random((count, width)) < p_available[:, None]
+    available &= np.arange(width) < n_real[:, None]
+    if integer:
+        tau_bar = rng.integers(0, 5, (count, width))
+        queue = rng.integers(0, 5, (count, width))
+        V = rng.choice(V_CHOICES, count)
+    else:
+        tau_bar = rng.exponential(3.0, (count, width))
+        tau_bar[rng.random((count, width)) < 0.2] = 0.0  # τ̄ is clamped at 0: exact zeros occur
+        queue = rng.uniform(0.0, 5.0, (count, width))
+        V = np.where(
+            rng.random(count) < 0.5, rng.choice(V_CHOICES, count), rng.uniform(0, 20, count)
+        )
+    f32 = np.float32
+    return tau_bar.astype(f32), queue.astype(f32), available, V.astype(f32)
+
+
+def objective_tolerance(tau_bar, queue, V, m):
+    """Bound on how far a float32 P4 solver may land from the optimum through rounding alone.
+
+    The solver compares prefix objectives V·τ̄ − (sum of up to m queues) computed in float32; each
+    carries an error of at most a few eps32 times |V·τ̄| + Σ|Z|, and a wrong decision costs at most
+    twice that error. 4·eps32·(V·max τ̄ + m·max Z) covers it with room.
+    """
+    scale = V * np.max(np.abs(tau_bar), axis=-1) + m * np.max(np.abs(queue), axis=-1)
+    return 4.0 * EPS32 * scale
+
+
+def primitive_names(jaxpr) -> set[str]:
+    """Names of the primitives in a jaxpr, sub-jaxprs (scan bodies...) included."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns"):
+                    names |= primitive_names(sub)
+    return names
+
+
+def _large_path(tau_bar, queue, available, V, *, m):
+    """``divide_and_conquer`` forced onto its large-pool (sort + associative scan) path."""
+    available = jnp.asarray(available, bool)
+    k = selection.selection_count(available, m)
+    return selection._dnc_large(jnp.asarray(tau_bar), jnp.asarray(queue), available, k, m, V)
+
+
+def _small_path(tau_bar, queue, available, V, *, m):
+    return divide_and_conquer(tau_bar, queue, available, m, V)
+
+
+@functools.cache
+def batched_solver(path: str, m: int):
+    """jit(vmap(solver)) for one static m, compiled once per (path, m) and reused."""
+    fn = {"small": _small_path, "large": _large_path}[path]
+    return jax.jit(jax.vmap(functools.partial(fn, m=m)))
+
+
+def check_selection(selected, tau_bar, queue, available, V, m, reference, tol=None):
+    """Feasibility (k selected, all available) and optimality against ``reference`` per instance.
+
+    ``reference(tau_bar, queue, available, m, V) -> (objective, mask)``; objectives are evaluated in
+    float64 on the float32 inputs. ``tol`` None means exact comparison.
+    """
+    selected = np.asarray(selected)
+    k = np.minimum(m, available.sum(axis=1))
+    assert not np.any(selected & ~available), "selected an unavailable client"
+    np.testing.assert_array_equal(selected.sum(axis=1), k, err_msg="wrong number selected")
+    for i in range(selected.shape[0]):
+        v = float(V[i])
+        best, _ = reference(tau_bar[i], queue[i], available[i], m, v)
+        got = ref_objective(selected[i], tau_bar[i], queue[i], v)
+        if tol is None:
+            assert got == best, (i, got, best, tau_bar[i], queue[i], available[i], v)
+        else:
+            assert got <= best + tol[i], (i, got, best, tol[i])
+
+
+# --------------------------------------------------------------------------------------------
+# the references themselves
+# --------------------------------------------------------------------------------------------
+
+
+def test_bruteforce_hand_examples():
+    """p4_bruteforce on instances solved by hand (including k = 0 and m > #available)."""
+    tau, z = [1.0, 2.0, 3.0], [0.0, 5.0, 10.0]
+    # m = 1: the objectives are V·τ̄_n − Z_n.
+    value, mask = p4_bruteforce(tau, z, [True] * 3, 1, 1.0)
+    assert value == -7.0 and mask.tolist() == [False, False, True]
+    value, mask = p4_bruteforce(tau, z, [True] * 3, 1, 10.0)
+    assert value == 10.0 and mask.tolist() == [True, False, False]
+    # Client 2 unavailable: best single client among {0, 1} with V = 1 is client 1 (2 - 5).
+    value, mask = p4_bruteforce(tau, z, [True, True, False], 1, 1.0)
+    assert value == -3.0 and mask.tolist() == [False, True, False]
+    # m = 5 > 2 available: both available clients, objective 2·1 − 5.
+    value, mask = p4_bruteforce(tau, z, [True, True, False], 5, 1.0)
+    assert value == -3.0 and mask.tolist() == [True, True, False]
+    # Nobody available: the empty set, objective 0.
+    value, mask = p4_bruteforce(tau, z, [False] * 3, 2, 1.0)
+    assert value == 0.0 and not mask.any()
+    # Tie rule: all equal, pick the lowest positions (indices).
+    value, mask = p4_bruteforce([1.0] * 4, [2.0] * 4, [True] * 4, 2, 1.0)
+    assert value == -3.0 and mask.tolist() == [True, True, False, False]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_algorithm1_and_prefix_heap_match_bruteforce(integer):
+    """p4_algorithm1 and p4_prefix_heap vs p4_bruteforce: same objective and same set (tie rule)."""
+    rng = np.random.default_rng(101 if integer else 102)
+    for _ in range(1500):
+        n = int(rng.integers(1, 10))
+        m = int(rng.integers(1, 11))
+        tau, queue, available, V = (a[0] for a in random_instances(rng, 1, n, integer=integer))
+        tau, queue, V = tau.astype(float), queue.astype(float), float(V)
+        best, best_set = p4_bruteforce(tau, queue, available, m, V)
+        for solver in (p4_algorithm1, p4_prefix_heap):
+            value, chosen = solver(tau, queue, available, m, V)
+            assert value == pytest.approx(best, rel=1e-12, abs=1e-12), solver.__name__
+            assert ref_objective(chosen, tau, queue, V) == pytest.approx(value, rel=1e-12)
+            assert chosen.sum() == min(m, available.sum()) and not np.any(chosen & ~available)
+            if integer:  # exact objectives, so the tie rule decides the set uniquely
+                np.testing.assert_array_equal(chosen, best_set, err_msg=solver.__name__)
+
+
+def test_prefix_heap_matches_algorithm1_on_medium_pools():
+    """p4_prefix_heap vs p4_algorithm1 (both exact, O(N log N) vs O(N²)) on 150-client pools."""
+    rng = np.random.default_rng(103)
+    for integer in (True, False):
+        tau, queue, available, V = random_instances(rng, 20, 150, integer=integer, n_real_low=100)
+        for i in range(20):
+            args = (tau[i].astype(float), queue[i].astype(float), available[i], 8, float(V[i]))
+            a_value, a_set = p4_algorithm1(*args)
+            h_value, h_set = p4_prefix_heap(*args)
+            assert h_value == pytest.approx(a_value, rel=1e-12, abs=1e-12)
+            if integer:
+                np.testing.assert_array_equal(h_set, a_set)
+
+
+# --------------------------------------------------------------------------------------------
+# divide_and_conquer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["small", "large"])
+def test_divide_and_conquer_integer_instances(path):
+    """jit(vmap(divide_and_conquer)) vs p4_bruteforce, exact objectives, 1000 instances per m.
+
+    Instances have 1..9 real clients (padded to 9 with unavailable ones), m = 1..10 (so m often
+    exceeds the number available), V in {0, 0.25, 1, 1e6}, τ̄ and Z integers in 0..4 (ties
+    everywhere), nobody / everybody available included. Integer inputs keep every float32 objective
+    exact (|V·τ̄| ≤ 4e6 < 2^24), so the comparison is exact.
+    """
+    rng = np.random.default_rng(7 if path == "small" else 8)
+    # every m on the small path (the runner's); a spread of m on the large one (compile time)
+    for m in range(1, 11) if path == "small" else (1, 2, 3, 5, 8, 10):
+        tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
+        selected = batched_solver(path, m)(tau, queue, available, V)
+        check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
+
+
+@pytest.mark.parametrize("path", ["small", "large"])
+def test_divide_and_conquer_float_instances(path):
+    """jit(vmap(divide_and_conquer)) vs p4_bruteforce on continuous inputs, rounding tolerance."""
+    rng = np.random.default_rng(9 if path == "small" else 10)
+    for m in (1, 3, 8):
+        tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=False)
+        selected = batched_solver(path, m)(tau, queue, available, V)
+        tol = objective_tolerance(tau, queue, V, m)
+        check_selection(selected, tau, queue, available, V, m, p4_bruteforce, tol)
+
+
+@pytest.mark.parametrize("num_clients", [1, 2, 5])
+def test_divide_and_conquer_unpadded_small_shapes(num_clients):
+    """Both paths on native tiny shapes (N = 1, 2, 5) vs p4_bruteforce (exact, integer inputs)."""
+    rng = np.random.default_rng(11 + num_clients)
+    for m in (2,):
+        tau, queue, available, V = random_instances(rng, 300, num_clients, integer=True)
+        for path in ("small", "large"):
+            fn = jax.jit(
+                jax.vmap(functools.partial({"small": _small_path, "large": _large_path}[path], m=m))
+            )
+            selected = fn(tau, queue, available, V)
+            check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
+
+
+def test_divide_and_conquer_unbatched_jit_matches_vmap():
+    """An unbatched jitted call returns the same mask as the vmapped batch (per instance)."""
+    rng = np.random.default_rng(12)
+    tau, queue, available, V = random_instances(rng, 20, PAD_N, integer=True)
+    batched = np.asarray(batched_solver("small", 3)(tau, queue, available, V))
+    single = jax.jit(divide_and_conquer, static_argnums=3)
+    for i in range(20):
+        np.testing.assert_array_equal(single(tau[i], queue[i], available[i], 3, V[i]), batched[i])
+
+
+def test_small_pool_max_dispatch(monkeypatch):
+    """SMALL_POOL_MAX selects the code path: 0 forces the sort-based large path for any N."""
+
+    def primitives(n):
+        args = (jnp.zeros(n), jnp.zeros(n), jnp.ones(n, bool), 3, 1.0)
+        # a fresh wrapper each time: JAX caches traces per function object
+        fresh = functools.partial(divide_and_conquer)
+        jaxpr = jax.make_jaxpr(fresh, static_argnums=3)(*args).jaxpr
+        return primitive_names(jaxpr)
+
+    assert "sort" not in primitives(9)
+    monkeypatch.setattr(selection, "SMALL_POOL_MAX", 0)
+    assert "sort" in primitives(9)
+    # and the forced path still solves P4 exactly
+    rng = np.random.default_rng(13)
+    tau, queue, available, V = random_instances(rng, 200, PAD_N, integer=True)
+    fn = jax.jit(jax.vmap(functools.partial(divide_and_conquer, m=3)))
+    check_selection(fn(tau, queue, available, V=V), tau, queue, available, V, 3, p4_bruteforce)
+
+
+@pytest.mark.parametrize("path", ["small", "large"])
+def test_divide_and_conquer_runner_size(path):
+    """N = 40, m = 8 (the paper's setting) vs p4_prefix_heap, float and integer inputs."""
+    rng = np.random.default_rng(14 if path == "small" else 15)
+    for integer in (True, False):
+        tau, queue, available, V = random_instances(rng, 200, 40, integer=integer, n_real_low=20)
+        selected = batched_solver(path, 8)(tau, queue, available, V)
+        tol = None if integer else objective_tolerance(tau, queue, V, 8)
+        check_selection(selected, tau, queue, available, V, 8, p4_prefix_heap, tol)
+
+
+@pytest.mark.parametrize("num_clients", [600, 2000])
+def test_divide_and_conquer_medium_pools(num_clients):
+    """N = 600 and 2000 (above SMALL_POOL_MAX: large path), m = 8, vs p4_prefix_heap."""
+    rng = np.random.default_rng(num_clients)
+    fn = jax.jit(jax.vmap(functools.partial(divide_and_conquer, m=8)))
+    for integer in (True, False):
+        tau, queue, available, V = random_instances(
+            rng, 6, num_clients, integer=integer, n_real_low=num_clients
+        )
+        available[0] = False  # nobody available
+        available[1] = True  # everybody available
+        available[2] = False
+        available[2, :5] = True  # fewer available than m
+        selected = fn(tau, queue, available, V=V)
+        tol = None if integer else objective_tolerance(tau, queue, V, 8)
+        check_selection(selected, tau, queue, available, V, 8, p4_prefix_heap, tol)
+
+
+def test_p4_objective_kernel():
+    """jfl.kernels.p4_objective vs the NumPy objective (0 for the empty set)."""
+    rng = np.random.default_rng(16)
+    tau, queue, _, V = random_instances(rng, 200, PAD_N, integer=True)
+    masks = rng.random((200, PAD_N)) < 0.4
+    got = jax.jit(jax.vmap(p4_objective))(masks, tau, queue, V)
+    want = [ref_objective(masks[i], tau[i], queue[i], float(V[i])) for i in range(200)]
+    np.testing.assert_array_equal(np.asarray(got, float), want)
+
+
+def test_divide_and_conquer_rejects_bad_m():
+    """m < 1 is refused with a ValueError naming m."""
+    with pytest.raises(ValueError, match="m must"):
+        divide_and_conquer(jnp.zeros(3), jnp.zeros(3), jnp.ones(3, bool), 0, 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# topk_mask
+# --------------------------------------------------------------------------------------------
+
+
+def topk_reference(scores, available, k):
+    """The k highest scores among available clients; ties to the lower index (stable argsort)."""
+    index = np.flatnonzero(available)
+    order = index[np.argsort(-scores[index], kind="stable")]
+    mask = np.zeros(scores.shape[0], bool)
+    mask[order[: max(int(k), 0)]] = True
+    return mask
+
+
+@functools.cache
+def batched_topk():
+    return jax.jit(jax.vmap(topk_mask))
+
+
+@pytest.mark.parametrize("num_clients", [1, 9, 40, 600])
+def test_topk_mask_against_numpy(num_clients):
+    """jit(vmap(topk_mask)) with a traced k vs stable-argsort top-k among the available.
+
+    Integer scores in 0..3 give many ties; k ranges over 0..N+2 (k = 0 and k > #available);
+    N = 600 exercises the sort-based rank (N > SMALL_POOL_MAX).
+    """
+    rng = np.random.default_rng(20 + num_clients)
+    count = 300
+    scores = rng.integers(0, 4, (count, num_clients)).astype(np.float32)
+    p_available = rng.choice([0.0, 0.5, 1.0], count)
+    available = rng.random((count, num_clients)) < p_available[:, None]
+    k = rng.integers(0, num_clients + 3, count).astype(np.int32)
+    got = np.asarray(batched_topk()(scores, available, k))
+    for i in range(count):
+        np.testing.assert_array_equal(got[i], topk_reference(scores[i], available[i], k[i]))
+    np.testing.assert_array_equal(got.sum(axis=1), np.minimum(k, available.sum(axis=1)))
+
+
+def test_topk_mask_traced_k_under_jit():
+    """k passed as a jnp int to a jitted (unbatched) call; one compilation serves every k."""
+    scores = jnp.asarray([3.0, 1.0, 2.0, 2.0, 5.0, -1.0])
+    available = jnp.asarray([True, True, True, True, False, True])
+    fn = jax.jit(topk_mask)
+    for k in range(0, 8):
+        got = np.asarray(fn(scores, available, jnp.asarray(k)))
+        want = topk_reference(np.asarray(scores), np.asarray(available), k)
+        np.testing.assert_array_equal(got, want)
+    # 0 selects nothing; 2 selects 0 and the lower-index of the tie at 2.0
+    assert not np.asarray(fn(scores, available, jnp.asarray(0))).any()
+    assert np.asarray(fn(scores, available, jnp.asarray(2))).tolist() == [
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+@pytest.mark.parametrize("force_sort", [False, True])
+def test_topk_mask_signed_zero_ties(monkeypatch, force_sort):
+    """0.0 and -0.0 are equal scores: the tie goes to the lower index on both rank paths."""
+    if force_sort:
+        monkeypatch.setattr(selection, "SMALL_POOL_MAX", 0)
+    scores = jnp.asarray([-0.0, 0.0, -0.0, 0.0])
+    for k in range(5):
+        got = np.asarray(topk_mask(scores, jnp.ones(4, bool), k))
+        assert got.tolist() == [i < k for i in range(4)]
+
+
+@pytest.mark.parametrize("path", ["small", "large"])
+def test_divide_and_conquer_infinite_V_still_selects_k(path):
+    """Even for V = +inf (accepted by the rbcsf hyperparameter check) exactly k are selected."""
+    fn = {"small": _small_path, "large": _large_path}[path]
+    tau, queue = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 5.0, 1.0, 2.0])
+    selected = fn(tau, queue, jnp.ones(4, bool), jnp.inf, m=2)
+    assert int(np.sum(selected)) == 2
