@@ -55,9 +55,9 @@ def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: 
         queue = jnp.zeros(num_clients, jnp.result_type(float))
         count = jnp.zeros(num_clients, jnp.int32)
 
-        def one_round(carry, key_t):
+        def one_round(carry, keys_t):
             obs, env_state, policy_state, queue, count = carry
-            k_select, k_step = jax.random.split(key_t)
+            k_select, k_step = keys_t
             action = policy.select(k_select, policy_state, obs, hparams)
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, env_state, action, env_params)
@@ -76,7 +76,9 @@ def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: 
             return (next_obs, env_state, policy_state, queue, count), per_round
 
         carry = (obs, env_state, policy_state, queue, count)
-        keys = jax.random.split(k_rounds, num_rounds)
+        # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
+        keys = jax.random.split(k_rounds, (num_rounds, 2))
+        keys = (keys[:, 0], keys[:, 1])
         (_, _, _, queue, count), per_round = jax.lax.scan(one_round, carry, keys)
         return RunOutput(selection_count=count, final_queue=queue, **per_round)
 

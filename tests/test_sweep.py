@@ -60,7 +60,7 @@ def test_config_table_grid_and_unused_hparams():
     ("swept", "message"),
     [
         ({"beta": [1.5]}, r"beta must be in \[0.0, 1.0\]"),
-        ({"V": [-1]}, r"V must be in \[0.0, inf\]"),
+        ({"V": [-1]}, r"V must be in \[0.0, inf\)"),
         ({"alpha": [-0.1]}, "alpha"),
     ],
 )
@@ -87,7 +87,7 @@ def _run_cli(argv, capsys):
         (["--m", "0"], "--m must be in"),
         (["--beta", "1.5"], "beta must be in [0.0, 1.0]"),
         (["--beta", "-0.1"], "beta must be in"),
-        (["--V", "-1"], "V must be in [0.0, inf]"),
+        (["--V", "-1"], "V must be in [0.0, inf)"),
         (["--V", "1,x"], "--V: expected"),
         (["--alpha", "-1"], "alpha must be in"),
         (["--deadline", "0"], "deadline must be in"),

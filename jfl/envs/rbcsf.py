@@ -140,17 +140,20 @@ class RbcsfEnv:
     def default_params(self, **overrides) -> RbcsfParams:
         return make_params(**overrides)
 
-    def draw_conditions(self, key, params: RbcsfParams) -> Conditions:
-        # One draw for all three: fewer, larger PRNG calls are markedly faster on CPU.
-        n = params.num_clients
-        u = jax.random.uniform(key, (3, n), params.theta.dtype)
-        cpu = params.cpu_low + (params.cpu_high - params.cpu_low) * u[0]
-        bw = params.bandwidth_low + (params.bandwidth_high - params.bandwidth_low) * u[1]
-        return Conditions(cpu_ratio=cpu, bandwidth=bw, available=u[2] < params.p_available)
+    def _conditions(self, uniforms, params: RbcsfParams) -> Conditions:
+        """Round conditions from three rows of U[0, 1) draws."""
+        cpu = params.cpu_low + (params.cpu_high - params.cpu_low) * uniforms[0]
+        bw = params.bandwidth_low + (params.bandwidth_high - params.bandwidth_low) * uniforms[1]
+        return Conditions(cpu_ratio=cpu, bandwidth=bw, available=uniforms[2] < params.p_available)
 
-    def draw_noise(self, key, params: RbcsfParams) -> jax.Array:
-        n = params.num_clients
-        return jax.random.uniform(key, (n,), params.theta.dtype, -params.noise, params.noise)
+    def _uniforms(self, key, params: RbcsfParams, rows: int):
+        # One PRNG call per round for everything: each call is a rolled threefry loop on CPU,
+        # so fewer, larger calls are markedly faster than one call per quantity.
+        return jax.random.uniform(key, (rows, params.num_clients), params.theta.dtype)
+
+    def draw_conditions(self, key, params: RbcsfParams) -> Conditions:
+        """μ ~ U[cpu_low, cpu_high], B ~ U[bandwidth_low, bandwidth_high], I ~ Bernoulli(p)."""
+        return self._conditions(self._uniforms(key, params, 3), params)
 
     def observation(self, state: RbcsfState, params: RbcsfParams) -> Observation:
         context = jnp.stack(
@@ -176,11 +179,11 @@ class RbcsfEnv:
 
     def step(self, key, state: RbcsfState, action, params: RbcsfParams):
         """Play ``action`` (bool[N]) in the current round; return the next round's observation."""
-        k_noise, k_next = jax.random.split(key)
+        uniforms = self._uniforms(key, params, 4)
+        noise = params.noise * (2.0 * uniforms[3] - 1.0)  # u ~ U(-a, a)
         obs = self.observation(state, params)
-        realised = obs.expected_time * (1.0 + self.draw_noise(k_noise, params))
-        time = jnp.where(action, realised, 0.0)
+        time = jnp.where(action, obs.expected_time * (1.0 + noise), 0.0)
         feedback = Feedback(time=time, round_time=jnp.max(time, initial=0.0))
         cold = 1.0 - jnp.asarray(action, params.theta.dtype)
-        next_state = self._state(self.draw_conditions(k_next, params), cold, state.t + 1)
+        next_state = self._state(self._conditions(uniforms[:3], params), cold, state.t + 1)
         return self.observation(next_state, params), next_state, feedback

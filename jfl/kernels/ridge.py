@@ -50,25 +50,25 @@ def ridge_update(state: RidgeState, context, observed, value) -> RidgeState:
     return RidgeState(gram=gram, target=target)
 
 
-def _cholesky(a):
-    """Lower Cholesky factor of a batch of small SPD matrices, unrolled over the static dim."""
-    d = a.shape[-1]
+def _cholesky_arms_last(a):
+    """Lower Cholesky factor of small SPD matrices a[d, d, ...], unrolled over the static d."""
+    d = a.shape[0]
     lower = [[None] * d for _ in range(d)]
     for j in range(d):
-        diag = a[..., j, j] - sum((lower[j][p] ** 2 for p in range(j)), start=0.0)
+        diag = a[j, j] - sum((lower[j][p] ** 2 for p in range(j)), start=0.0)
         lower[j][j] = jnp.sqrt(diag)
         for i in range(j + 1, d):
-            off = a[..., i, j] - sum((lower[i][p] * lower[j][p] for p in range(j)), start=0.0)
+            off = a[i, j] - sum((lower[i][p] * lower[j][p] for p in range(j)), start=0.0)
             lower[i][j] = off / lower[j][j]
     return lower
 
 
 def _forward(lower, rhs):
-    """Solve L y = rhs for a list-of-lists lower factor; rhs is f[..., d]."""
+    """Solve L y = rhs for a list-of-lists lower factor; rhs is f[d, ...]."""
     d = len(lower)
     y = []
     for i in range(d):
-        acc = rhs[..., i] - sum((lower[i][p] * y[p] for p in range(i)), start=0.0)
+        acc = rhs[i] - sum((lower[i][p] * y[p] for p in range(i)), start=0.0)
         y.append(acc / lower[i][i])
     return y
 
@@ -85,13 +85,18 @@ def _backward(lower, y):
 
 def ridge_estimate(state: RidgeState, context) -> RidgeEstimate:
     """θ̂ = H⁻¹b, the estimate c·θ̂ and the width sqrt(cᵀH⁻¹c) for every arm (eqs. 18-19)."""
-    c = jnp.asarray(context, state.gram.dtype)
-    lower = _cholesky(state.gram)
-    theta = jnp.stack(_backward(lower, _forward(lower, state.target)), axis=-1)
+    # Arms last: each matrix entry becomes one contiguous vector over arms, which is what the
+    # unrolled elementwise factorisation below reads (a strided [N, d, d] read is much slower).
+    gram = jnp.moveaxis(state.gram, 0, -1)  # [d, d, N]
+    target = jnp.moveaxis(state.target, 0, -1)  # [d, N]
+    c = jnp.moveaxis(jnp.asarray(context, state.gram.dtype), 0, -1)  # [d, N]
+    d = c.shape[0]
+    lower = _cholesky_arms_last(gram)
+    theta = _backward(lower, _forward(lower, target))
     whitened = _forward(lower, c)
     width = jnp.sqrt(sum((w**2 for w in whitened), start=0.0))
-    mean = sum((c[..., i] * theta[..., i] for i in range(c.shape[-1])), start=0.0)
-    return RidgeEstimate(mean=mean, width=width, theta=theta)
+    mean = sum((c[i] * theta[i] for i in range(d)), start=0.0)
+    return RidgeEstimate(mean=mean, width=width, theta=jnp.stack(theta, axis=-1))
 
 
 def lower_confidence_bound(estimate: RidgeEstimate, alpha, floor=0.0):

@@ -152,7 +152,9 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
     above = in_prefix & (queue_sorted > threshold)
     tied = in_prefix & (queue_sorted == threshold)
     need = k - jnp.sum(above, dtype=jnp.int32)
-    return (above | (tied & (jnp.cumsum(tied, dtype=jnp.int32) <= need))) & (k > 0)
+    # associative_scan: XLA:CPU lowers jnp.cumsum to a quadratic reduce-window.
+    tied_upto = lax.associative_scan(jnp.add, tied.astype(jnp.int32))
+    return (above | (tied & (tied_upto <= need))) & (k > 0)
 
 
 def _dnc_small(tau_bar, queue, available, k, m, V):
