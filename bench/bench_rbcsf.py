@@ -10,7 +10,8 @@ Prints, for the same machine and the same run:
      jfl's jitted, vmapped runner at several batch sizes, and their ratio;
   2. the exact P4 kernel ``divide_and_conquer`` for N = 40 … 10^6 (m = 8) against the NumPy
      prefix-heap solver, with the growth factor per 10× N;
-  3. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  3. the same grid run in chunks of several sizes (and sharded when several devices are visible);
+  4. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
 No number here is asserted anywhere; README records a table from this script.
 """
 
@@ -78,6 +79,22 @@ def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats:
         jax.block_until_ready(run(keys, hparams, hparams["beta"]))
         best = min(best, time.perf_counter() - start)
     return configs * seeds * rounds / best, first
+
+
+def chunked_throughput(num_configs: int, chunk_configs: int, rounds: int, seeds: int = 64):
+    """config-rounds/s of a grid run through ``run_chunked`` (sharded when several devices)."""
+    from jfl.sweep import run_chunked
+
+    env = RbcsfEnv()
+    spec = get("rbcsf")
+    run = make_batched_run(make_run(env, env.default_params(), spec.build(N, M), rounds))
+    hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
+    hparams["V"] = np.linspace(0.0, 50.0, num_configs, dtype=np.float32)
+    keys = seed_keys(0, np.arange(seeds))
+    run_chunked(run, keys, hparams, hparams["beta"], chunk_configs)  # compile
+    start = time.perf_counter()
+    run_chunked(run, keys, hparams, hparams["beta"], chunk_configs)
+    return num_configs * seeds * rounds / (time.perf_counter() - start)
 
 
 def kernel_times(sizes, repeats: int = 5):
@@ -158,10 +175,19 @@ def main(argv=None) -> int:
         print(f"{n:>10,}{seconds:>12.2e}{growth:>13}{numpy_s:>14.2e}{speedup:>9.1f}{gap:>10.1e}")
         previous = seconds
 
+    num_configs = 16 if args.quick else 128
+    chunks = (4, 16) if args.quick else (4, 32, 128)
+    devices = jax.device_count()
+    print(f"\n3. chunked grid: {num_configs} configurations × 64 seeds, {devices} device(s)")
+    print(f"{'configs per chunk':>18}{'config-rounds/s':>18}{'× NumPy':>10}")
+    for chunk in chunks:
+        rate = chunked_throughput(num_configs, chunk * devices, rounds)
+        print(f"{chunk * devices:>18}{rate:>18,.0f}{rate / numpy_rate:>10.1f}")
+
     if args.memory:
         configs, chunk = 100_000, 4_096
         result = memory_run(configs, T, chunk)
-        print(f"\n3. chunked grid: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
+        print(f"\n4. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
         print(
             f"wall {result['wall_s']:.0f} s, peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB, "
             f"results {result['results_bytes'] / 2**30:.2f} GiB"

@@ -91,8 +91,12 @@ def make_params(
     p_available: float = 0.8,
     model_size: float = 20.0,
     noise: float = 1.0,
+    dtype=jnp.float32,
 ) -> RbcsfParams:
-    """Build validated parameters; the per-class tables share one length (the number of classes)."""
+    """Build validated parameters; the per-class tables share one length (the number of classes).
+
+    ``dtype`` sets the precision of everything the environment computes (float64 needs x64).
+    """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
     train_time, cold_start_time, snr = (
@@ -115,7 +119,7 @@ def make_params(
     cls = client_classes(num_clients, len(train_time))
     theta = np.stack([train_time[cls], cold_start_time[cls], 1.0 / np.log1p(snr[cls])], axis=1)
     return RbcsfParams(
-        theta=jnp.asarray(theta, jnp.float32),
+        theta=jnp.asarray(theta, dtype),
         bandwidth_low=float(bandwidth_range[0]),
         bandwidth_high=float(bandwidth_range[1]),
         cpu_low=float(cpu_range[0]),

@@ -19,6 +19,11 @@ class DirichletState(NamedTuple):
     log_weight: jax.Array  # f[N]  log q' up to a constant, q' ~ Dir(γ₂·1) drawn once per run
 
 
+def _stateless_init(key, hparams):
+    del key, hparams
+    return EmptyState()
+
+
 def _stateless_update(state, obs, action, feedback, hparams):
     del obs, action, feedback, hparams
     return state
@@ -28,16 +33,12 @@ def random_policy(num_clients: int, m: int = 8) -> Policy:
     """k = min(m, #available) clients uniformly at random among the available ones."""
     check_selection_size(num_clients, m)
 
-    def init(key, hparams):
-        del key, hparams
-        return EmptyState()
-
     def select(key, state, obs, hparams):
         del state, hparams
         scores = jax.random.uniform(key, (num_clients,))
         return topk_mask(scores, obs.available, selection_count(obs.available, m))
 
-    return Policy(init=init, select=select, update=_stateless_update)
+    return Policy(init=_stateless_init, select=select, update=_stateless_update)
 
 
 def dirichlet_random(num_clients: int, m: int = 8) -> Policy:
@@ -69,15 +70,11 @@ def fedcs(num_clients: int, m: int = 8) -> Policy:
     """
     check_selection_size(num_clients, m)
 
-    def init(key, hparams):
-        del key, hparams
-        return EmptyState()
-
     def select(key, state, obs, hparams):
         del key, state
         return obs.available & (obs.expected_time <= hparams["deadline"])
 
-    return Policy(init=init, select=select, update=_stateless_update)
+    return Policy(init=_stateless_init, select=select, update=_stateless_update)
 
 
 register(PolicySpec("random", random_policy, {}, "uniform random among the available clients"))
