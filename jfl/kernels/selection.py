@@ -22,12 +22,23 @@ def selection_count(available: jax.Array, m) -> jax.Array:
     return jnp.minimum(jnp.asarray(m, jnp.int32), jnp.sum(available, dtype=jnp.int32))
 
 
+def _materialise(x):
+    """``x`` unchanged (exactly: one non-zero term per output), computed once.
+
+    XLA:CPU fuses elementwise producers into their consumers; in front of the N^2 comparisons
+    below that recomputes the producer (e.g. a whole ridge estimate) for every pair. A product
+    with the identity matrix is a library call XLA does not fuse through. Finite inputs only.
+    """
+    return jnp.matmul(x, jnp.eye(x.shape[0], dtype=x.dtype), precision=lax.Precision.HIGHEST)
+
+
 def _counting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
     """Position of each client in the order (available first, ascending key, lower index first).
 
     O(N^2) comparisons and an integer sum: on CPU this beats XLA's sort by a wide margin for the
     small pools of the vmapped runner, and integer sums are exact whatever the batch shape.
     """
+    key = _materialise(key)
     index = jnp.arange(key.shape[0])
     a_unav, b_unav = unavailable[:, None], unavailable[None, :]
     a_key, b_key = key[:, None], key[None, :]
