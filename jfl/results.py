@@ -83,11 +83,7 @@ def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.Data
     metrics = run_metrics(ds)
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
-    table.insert(
-        list(table.columns).index("policy") + 1 if "policy" in table else 0,
-        "n_seeds",
-        ds.sizes["seed"],
-    )
+    table["n_seeds"] = ds.sizes["seed"]
     for name in HEADLINE_METRICS:
         values = metrics[name].transpose("config", "seed").to_numpy()
         mean, lo, hi = interval(values, axis=1, level=level, method=method)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jfl.kernels import virtual_queue_update
 from jfl.kernels.reduce import pairwise_mean
@@ -44,7 +45,7 @@ def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: 
     RBCS-F with ``queue_rate = β`` it is the policy's own queue), so that baselines are measured
     on the same scale.
     """
-    if not isinstance(num_rounds, int) or num_rounds < 1:
+    if not isinstance(num_rounds, int | np.integer) or num_rounds < 1:
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
 
     def run(key, hparams, queue_rate) -> RunOutput:
