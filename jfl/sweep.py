@@ -340,7 +340,8 @@ def run_policy_grid(
                     keys,
                     policy_hparams(name, rows, fixed),
                     rows["queue_rate"].to_numpy(np.float32),
-                    chunk_size,
+                    # A policy with few configurations is not padded up to a large chunk.
+                    min(chunk_size, _round_up(len(rows), jax.device_count())),
                     store=store,
                     label=name,
                     progress=bar,
