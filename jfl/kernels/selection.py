@@ -22,14 +22,18 @@ def selection_count(available: jax.Array, m) -> jax.Array:
     return jnp.minimum(jnp.asarray(m, jnp.int32), jnp.sum(available, dtype=jnp.int32))
 
 
-def _materialise(x):
-    """``x`` unchanged (exactly: one non-zero term per output), computed once.
+def _materialised_order_key(x):
+    """``x`` with ±inf clipped to the largest finite values, computed once, for ranking.
 
     XLA:CPU fuses elementwise producers into their consumers; in front of the N^2 comparisons
-    below that recomputes the producer (e.g. a whole ridge estimate) for every pair. A product
-    with the identity matrix is a library call XLA does not fuse through. Finite inputs only.
+    of ``_counting_rank`` that recomputes the producer (e.g. a whole ridge estimate) for every
+    pair. A product with the identity matrix is a library call XLA does not fuse through, and
+    exact (one non-zero term per output) once infinities, whose product with 0 is NaN, are
+    clipped. Clipping keeps the order except between ±inf and the extreme finite values.
     """
-    return jnp.matmul(x, jnp.eye(x.shape[0], dtype=x.dtype), precision=lax.Precision.HIGHEST)
+    limit = jnp.finfo(x.dtype).max
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    return jnp.matmul(jnp.clip(x, -limit, limit), eye, precision=lax.Precision.HIGHEST)
 
 
 def _counting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
@@ -38,7 +42,6 @@ def _counting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
     O(N^2) comparisons and an integer sum: on CPU this beats XLA's sort by a wide margin for the
     small pools of the vmapped runner, and integer sums are exact whatever the batch shape.
     """
-    key = _materialise(key)
     index = jnp.arange(key.shape[0])
     a_unav, b_unav = unavailable[:, None], unavailable[None, :]
     a_key, b_key = key[:, None], key[None, :]
@@ -169,7 +172,8 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
 
 
 def _dnc_small(tau_bar, queue, available, k, m, V):
-    rank = _counting_rank(~available, tau_bar)  # position of each client in the tau_bar order
+    # Position of each client in the tau_bar order.
+    rank = _counting_rank(~available, _materialised_order_key(tau_bar))
     both = jnp.stack([tau_bar, queue], axis=-1)
     # One scatter for both arrays: measurably faster than two, and than one-hot gathers.
     tau_sorted, queue_sorted = jnp.zeros_like(both).at[rank].set(both, unique_indices=True).T

@@ -377,3 +377,15 @@ def test_divide_and_conquer_infinite_V_still_selects_k(path):
     tau, queue = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 5.0, 1.0, 2.0])
     selected = fn(tau, queue, jnp.ones(4, bool), jnp.inf, m=2)
     assert int(np.sum(selected)) == 2
+
+
+def test_infinite_scores_and_times_keep_their_order():
+    """±inf scores (an unplayed arm's UCB index) rank first/last; an infinite τ̄ is never chosen
+    over finite ones when enough finite clients are available."""
+    scores = jnp.array([1.0, jnp.inf, -jnp.inf, 3.0, jnp.inf])
+    mask = np.asarray(topk_mask(scores, jnp.ones(5, bool), 3))
+    np.testing.assert_array_equal(mask, [False, True, False, True, True])
+    tau_bar = jnp.array([1.0, jnp.inf, 2.0, 3.0, 0.5])
+    queue = jnp.array([1.0, 5.0, 0.0, 0.0, 0.0])
+    chosen = np.asarray(divide_and_conquer(tau_bar, queue, jnp.ones(5, bool), 2, 1.0))
+    np.testing.assert_array_equal(chosen, [True, False, False, False, True])
