@@ -13,6 +13,7 @@ Writes to --out: summary.csv, results.nc (xarray/netCDF), metadata.json and figu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
 
         configs = config_table(
             settings["policies"],
-            {k: v for k, v in settings["grid"].items()},
+            settings["grid"],
             fixed={"lam": settings["lam"]},
             fairness_target=settings["fairness_target"],
         )
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     results.write_dataset(ds, out / "results.nc", metadata)
     summary = results.summarize(ds, method=args.ci)
     summary.to_csv(out / "summary.csv", index=False)
-    (out / "metadata.json").write_text(__import__("json").dumps(metadata, indent=2))
+    (out / "metadata.json").write_text(json.dumps(metadata, indent=2))
     if not args.no_plots:
         write_figures(ds, summary, out / "figures", plots)
     print(

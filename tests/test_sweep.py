@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from jfl.results import load_dataset
 from jfl.sweep import config_table, parse_values, policy_hparams, prepare_out_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,6 +184,7 @@ def test_cli_small_grid_end_to_end(capsys, tmp_path):
     before = chunk.stat().st_mtime_ns
     assert cli.main([*argv, "--resume", "--no-plots"]) == 0
     assert chunk.stat().st_mtime_ns == before
-    with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
-        np.testing.assert_array_equal(ds["round_time"].to_numpy(), round_time)
+    reloaded = load_dataset(out / "results.nc")  # the public loader for finished sweeps
+    np.testing.assert_array_equal(reloaded["round_time"].to_numpy(), round_time)
+    assert list(reloaded["policy"].to_numpy()) == list(summary["policy"])
     capsys.readouterr()

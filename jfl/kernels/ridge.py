@@ -85,8 +85,7 @@ def _backward(lower, y):
 
 def ridge_estimate(state: RidgeState, context) -> RidgeEstimate:
     """θ̂ = H⁻¹b, the estimate c·θ̂ and the width sqrt(cᵀH⁻¹c) for every arm (eqs. 18-19)."""
-    # Arms last: each matrix entry becomes one contiguous vector over arms, which is what the
-    # unrolled elementwise factorisation below reads (a strided [N, d, d] read is much slower).
+    # Arms last: each matrix entry is one vector over arms for the unrolled factorisation.
     gram = jnp.moveaxis(state.gram, 0, -1)  # [d, d, N]
     target = jnp.moveaxis(state.target, 0, -1)  # [d, N]
     c = jnp.moveaxis(jnp.asarray(context, state.gram.dtype), 0, -1)  # [d, N]

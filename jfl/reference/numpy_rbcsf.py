@@ -150,6 +150,13 @@ def _as_inputs(tau_bar, queue, available):
     return tau_bar, queue, available
 
 
+def _prepare(tau_bar, queue, available, m):
+    """Inputs as float64/bool arrays, the available clients in position order, and k."""
+    tau_bar, queue, available = _as_inputs(tau_bar, queue, available)
+    order = _positions(tau_bar, available)
+    return tau_bar, queue, order, min(int(m), order.size)
+
+
 def _positions(tau_bar, available) -> np.ndarray:
     """Available client indices in the tie-rule order (ascending τ̄, then ascending index)."""
     index = np.flatnonzero(available)
@@ -176,10 +183,8 @@ def p4_bruteforce(tau_bar, queue, available, m: int, V: float):
 
     Returns ``(objective, mask)``; ties follow the module's tie rule. Exponential: small N only.
     """
-    tau_bar, queue, available = _as_inputs(tau_bar, queue, available)
+    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m)
     n = tau_bar.shape[0]
-    order = _positions(tau_bar, available)
-    k = min(int(m), order.size)
     if k == 0:
         return 0.0, np.zeros(n, bool)
     best_value, best_key, best_set = math.inf, None, None
@@ -239,10 +244,8 @@ def p4_prefix_heap(tau_bar, queue, available, m: int, V: float):
 
     Returns ``(objective, mask)``.
     """
-    tau_bar, queue, available = _as_inputs(tau_bar, queue, available)
+    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m)
     n = tau_bar.shape[0]
-    order = _positions(tau_bar, available)
-    k = min(int(m), order.size)
     if k == 0:
         return 0.0, np.zeros(n, bool)
     tau_sorted = tau_bar[order].tolist()
