@@ -29,28 +29,53 @@ class RunOutput(NamedTuple):
     queue_max: jax.Array  # f[T]  max over clients of Z after round t
     selection_count: jax.Array  # i[N]  pull record after T rounds
     final_queue: jax.Array  # f[N]  Z after round T
+    set_reward: jax.Array | None = None  # f[T]  r(S(t)), environments that report it (wireless)
+    num_failed: jax.Array | None = None  # i[T]  selected clients that hit τ_max (wireless)
     selected: jax.Array | None = None  # bool[T, N]  only with trajectories=True
     queue: jax.Array | None = None  # f[T, N]  only with trajectories=True
 
 
-PER_ROUND = ("round_time", "num_selected", "queue_mean", "queue_max")
+PER_ROUND = ("round_time", "num_selected", "queue_mean", "queue_max", "set_reward", "num_failed")
 PER_CLIENT = ("selection_count", "final_queue")
 TRAJECTORY = ("selected", "queue")
 
 
-def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: bool = False):
+def run_keys(key):
+    """``(reset, policy init, rounds)`` keys of one run: what ``run`` splits its key into."""
+    return jax.random.split(key, 3)
+
+
+def make_run(
+    env,
+    env_params,
+    policy: Policy,
+    num_rounds: int,
+    *,
+    trajectories: bool = False,
+    env_hparams: tuple[str, ...] = (),
+):
     """Pure single-configuration, single-seed run.
 
-    The fairness queue in the outputs follows eq. 6 with rate ``queue_rate`` for every policy (for
-    RBCS-F with ``queue_rate = β`` it is the policy's own queue), so that baselines are measured
-    on the same scale.
+    The fairness queue in the outputs follows eq. 6 with rate ``queue_rate`` (a scalar or one rate
+    per client) for every policy (for RBCS-F with ``queue_rate = β`` and CS-UCB-Q with
+    ``queue_rate = c`` it is the policy's own queue), so that baselines are measured on the same
+    scale. ``env_hparams`` names fields of ``env_params`` that are taken from ``hparams`` instead,
+    so that they are traced per configuration (e.g. the wireless ``availability``). Environments
+    with a ``round_metrics(feedback)`` method add those per-round scalars to the output.
     """
     if not isinstance(num_rounds, int | np.integer) or num_rounds < 1:
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
+    unknown = [name for name in env_hparams if not hasattr(env_params, name)]
+    if unknown:
+        raise ValueError(f"env_hparams {unknown} are not fields of {type(env_params).__name__}")
+    round_metrics = getattr(env, "round_metrics", None)
 
     def run(key, hparams, queue_rate) -> RunOutput:
-        k_reset, k_init, k_rounds = jax.random.split(key, 3)
-        obs, env_state = env.reset(k_reset, env_params)
+        k_reset, k_init, k_rounds = run_keys(key)
+        params = env_params
+        if env_hparams:
+            params = env_params.replace(**{name: hparams[name] for name in env_hparams})
+        obs, env_state = env.reset(k_reset, params)
         policy_state = policy.init(k_init, hparams)
         num_clients = obs.available.shape[0]
         queue = jnp.zeros(num_clients, jnp.result_type(float))
@@ -61,7 +86,7 @@ def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: 
             k_select, k_step = keys_t
             action = policy.select(k_select, policy_state, obs, hparams)
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
-            next_obs, env_state, feedback = env.step(k_step, env_state, action, env_params)
+            next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
             policy_state = policy.update(policy_state, obs, action, feedback, hparams)
             queue = virtual_queue_update(queue, queue_rate, action)
             count = count + action
@@ -71,6 +96,8 @@ def make_run(env, env_params, policy: Policy, num_rounds: int, *, trajectories: 
                 "queue_mean": pairwise_mean(queue),
                 "queue_max": jnp.max(queue),
             }
+            if round_metrics is not None:
+                per_round.update(round_metrics(feedback))
             if trajectories:
                 per_round["selected"] = action
                 per_round["queue"] = queue

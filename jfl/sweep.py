@@ -89,7 +89,8 @@ def config_table(
                 **{k: np.nan for k in swept},
                 **dict(zip(used, values, strict=True)),
             }
-            row["queue_rate"] = row["beta"] if "beta" in used else fairness_target
+            own = spec.queue_rate
+            row["queue_rate"] = row[own] if own in used else fairness_target
             rows.append(row)
     return pd.DataFrame(rows, columns=["policy", *swept, "queue_rate"])
 

@@ -1,9 +1,10 @@
 """Pure client simulators with explicit ``params``/``state`` pytrees (gymnax style)."""
 
-from jfl.envs import rbcsf
+from jfl.envs import rbcsf, wireless
 from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfParams, RbcsfState
+from jfl.envs.wireless import WirelessEnv, WirelessParams, WirelessState
 
-ENVIRONMENTS = {"rbcsf": RbcsfEnv}
+ENVIRONMENTS = {"rbcsf": RbcsfEnv, "wireless": WirelessEnv}
 
 
 def make(name: str):
@@ -20,6 +21,10 @@ __all__ = [
     "RbcsfEnv",
     "RbcsfParams",
     "RbcsfState",
+    "WirelessEnv",
+    "WirelessParams",
+    "WirelessState",
     "make",
     "rbcsf",
+    "wireless",
 ]

@@ -140,6 +140,8 @@ class RbcsfEnv:
     """Stateless environment; all randomness comes from the keys passed in."""
 
     name = "rbcsf"
+    # Fields of Observation and Feedback, for policy compatibility checks.
+    provides = ("context", "available", "expected_time", "time", "round_time")
 
     def default_params(self, **overrides) -> RbcsfParams:
         return make_params(**overrides)

@@ -1,8 +1,9 @@
 """Client-selection policies as (init, select, update) triples, and their registry."""
 
-from jfl.policies import baselines, rbcsf
+from jfl.policies import baselines, cs_ucb, rbcsf
 from jfl.policies.base import REGISTRY, HParam, Policy, PolicySpec, get, register
 from jfl.policies.baselines import dirichlet_random, fedcs, random_policy
+from jfl.policies.cs_ucb import cs_ucb_q, modified_cs_ucb, round_robin
 from jfl.policies.rbcsf import rbcsf as rbcsf_policy
 
 __all__ = [
@@ -11,11 +12,15 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "baselines",
+    "cs_ucb",
+    "cs_ucb_q",
     "dirichlet_random",
     "fedcs",
     "get",
+    "modified_cs_ucb",
     "random_policy",
     "rbcsf",
     "rbcsf_policy",
     "register",
+    "round_robin",
 ]

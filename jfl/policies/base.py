@@ -60,6 +60,11 @@ class PolicySpec:
     build: Callable[..., Policy]  # build(num_clients, m, **options) -> Policy
     hparams: Mapping[str, HParam] = field(default_factory=dict)
     description: str = ""
+    # The hyperparameter that is the policy's own fairness-queue rate (β, c), if any: sweeps
+    # measure every policy's fairness queue at that rate.
+    queue_rate: str | None = None
+    # Observation / feedback fields the policy reads, checked against an environment's `provides`.
+    requires: tuple[str, ...] = ("available",)
 
     def defaults(self) -> dict[str, float]:
         return {k: h.default for k, h in self.hparams.items()}
@@ -80,6 +85,18 @@ class PolicySpec:
         hparams = dict(hparams or {})
         self.validate(hparams)
         return {**self.defaults(), **hparams}
+
+    def check_environment(self, env) -> None:
+        """Raise if ``env`` does not provide what the policy reads (before anything compiles)."""
+        provides = getattr(env, "provides", None)
+        if provides is None:
+            return
+        missing = [f for f in self.requires if f not in provides]
+        if missing:
+            raise ValueError(
+                f"policy {self.name!r} reads {missing}, which environment "
+                f"{getattr(env, 'name', type(env).__name__)!r} does not provide"
+            )
 
 
 REGISTRY: dict[str, PolicySpec] = {}

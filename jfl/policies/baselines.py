@@ -92,5 +92,6 @@ register(
         fedcs,
         {"deadline": HParam(3.0, 0.0, low_open=True, help="deadline (s) on expected time τ*")},
         "FedCS: all available clients whose expected time meets the deadline (oracle)",
+        requires=("available", "expected_time"),
     )
 )

@@ -102,5 +102,7 @@ SPEC = register(
             "context_bound": HParam(11.0, 0.0, help="Lemma-1 L ≥ ‖c‖"),
         },
         description="RBCS-F: ridge LCB of exchange time, fairness queues, exact P4",
+        queue_rate="beta",
+        requires=("available", "context", "time"),
     )
 )

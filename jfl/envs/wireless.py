@@ -1,0 +1,300 @@
+"""Single access point with N orthogonal channels: the environment of CS-UCB §V (SPEC §2.2).
+
+K clients sit in a disc around the access point (AP). Each round, client k's time is
+
+    τ_k = min(τ_D + τ_U + τ_LU, τ_max),   τ_D = m_0 / (W R_D),  τ_U = m_k / (W R_U),  τ_LU = ϱ/φ_k
+
+(eqs. 4, 32–36), with average rates ``R = log2(1 + p |h|² 10^(-PL/10) / σ²)``, Rayleigh fading
+``|h|² ~ Exp(1)`` drawn independently for the downlink and the uplink, path loss
+``PL[dB] = 128.1 + 37.6 log10(d / 1 km)`` and computing speed ``φ_k ~ U[φ_lo_k, φ_hi_k]``. A client
+with ``τ_k = τ_max`` is a *failed* client. The normalised reward is ``r_k = 1 - τ_k / τ_max`` and a
+selected set earns ``r(S) = min_{k∈S} r_k`` (§III-B); a round where nobody is selected earns 0.
+Availability ``a_k ~ Bernoulli(α_k)`` is revealed at the start of the round; times and rewards
+only for the selected clients, after it.
+
+Distances are drawn once per run, uniformly over the area of the annulus
+``[min_distance, radius]`` (the disc of the paper, keeping clients off the AP), unless explicit
+``distance`` values are given. Gymnax style: the environment object is stateless.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jfl.envs.rbcsf import _check_range
+
+PRESETS = {
+    # Fig. 1 and 3 of the paper: always available, K = 20 clients, N = 5 channels.
+    "ideal": {"num_clients": 20, "tau_max": 5.0, "availability": 1.0},
+    # Figs. 4–5: K = 3 at an equal 300 m, N = 2, availability 0.9, c = (0.6, 0.5, 0.4). τ_max is
+    # 0.2 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, the truncated index of
+    # CS-UCB-Q is 1 for every client and β cannot change anything (SPEC §2.2, §9).
+    "fairness": {
+        "num_clients": 3,
+        "distance": (300.0, 300.0, 300.0),
+        "tau_max": 0.2,
+        "availability": 0.9,
+    },
+}
+
+# What the paper's experiments use with each preset besides the environment itself.
+PRESET_SETTINGS = {
+    "ideal": {"num_channels": 5},
+    "fairness": {
+        "num_channels": 2,
+        "fairness": (0.6, 0.5, 0.4),
+        "samples": (1500.0, 1000.0, 500.0),  # s_k, for fairness vectors c_k ∝ ρ s_k / Σ s
+    },
+}
+
+
+@struct.dataclass
+class WirelessParams:
+    phi_low: jax.Array  # f[K]  lower bound of the computing speed φ_k (samples/s)
+    phi_high: jax.Array  # f[K]  upper bound of φ_k
+    availability: jax.Array  # f[K]  α_k = P(a_k = 1)
+    distance: jax.Array | None = None  # f[K] metres; None: drawn once per run
+    radius: float = 500.0  # m, disc around the AP
+    min_distance: float = 10.0  # m
+    bandwidth: float = 15e3  # Hz, W of one channel
+    tx_power_dbm: float = 23.0  # both ways
+    noise_dbm: float = -107.0  # σ²
+    path_loss_intercept: float = 128.1  # dB at 1 km
+    path_loss_slope: float = 37.6  # dB per decade of distance
+    download_bits: float = 5e3  # m_0
+    upload_bits: float = 5e3  # m_k
+    samples_per_update: float = 2.0  # ϱ (the SGD mini-batch)
+    tau_max: float = 5.0  # s
+
+    @property
+    def num_clients(self) -> int:
+        return self.phi_low.shape[0]
+
+
+@struct.dataclass
+class WirelessState:
+    distance: jax.Array  # f[K]  metres, fixed for the run
+    available: jax.Array  # bool[K]  a_k(t)
+    t: jax.Array  # i[]  round index, 0-based
+
+
+class Observation(NamedTuple):
+    available: jax.Array  # bool[K]  A(t), revealed before the selection
+
+
+class Feedback(NamedTuple):
+    time: jax.Array  # f[K]  τ_k(t) for the selected clients, 0 elsewhere
+    reward: jax.Array  # f[K]  r_k(t) = 1 - τ_k/τ_max for the selected clients, 0 elsewhere
+    round_time: jax.Array  # f[]  max τ over the selected clients (eq. 7), 0 if none
+    set_reward: jax.Array  # f[]  r(S(t)) = min r_k over the selected clients, 0 if none
+    num_failed: jax.Array  # i[]  selected clients with τ_k = τ_max
+
+
+def paper_computing_speed(num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """φ_k ~ U[(0.5k + 0.5)·20, (0.5k + 1.5)·20] for k = 1..K (§V-A): client 1 is the slowest."""
+    k = np.arange(1, num_clients + 1, dtype=float)
+    return (0.5 * k + 0.5) * 20.0, (0.5 * k + 1.5) * 20.0
+
+
+def _per_client(name, value, num_clients):
+    array = np.asarray(value, float)
+    if array.ndim == 0:
+        return np.full(num_clients, float(array))
+    if array.shape != (num_clients,):
+        raise ValueError(f"{name} must be a scalar or of shape ({num_clients},), got {array.shape}")
+    return array
+
+
+def make_params(
+    num_clients: int = 20,
+    *,
+    distance=None,
+    availability=1.0,
+    tau_max: float = 5.0,
+    phi_low=None,
+    phi_high=None,
+    radius: float = 500.0,
+    min_distance: float = 10.0,
+    bandwidth: float = 15e3,
+    tx_power_dbm: float = 23.0,
+    noise_dbm: float = -107.0,
+    path_loss=(128.1, 37.6),
+    download_bits: float = 5e3,
+    upload_bits: float = 5e3,
+    samples_per_update: float = 2.0,
+    dtype=jnp.float32,
+) -> WirelessParams:
+    """Validated parameters; defaults are the paper's §V-A (the ``ideal`` preset).
+
+    ``availability``, ``phi_low``/``phi_high`` and ``distance`` take a scalar or one value per
+    client; ``phi_low``/``phi_high`` default to the paper's per-client formula.
+    """
+    if not isinstance(num_clients, int | np.integer) or num_clients < 1:
+        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    default_low, default_high = paper_computing_speed(num_clients)
+    phi_low = _per_client("phi_low", default_low if phi_low is None else phi_low, num_clients)
+    phi_high = _per_client("phi_high", default_high if phi_high is None else phi_high, num_clients)
+    availability = _per_client("availability", availability, num_clients)
+    _check_range("availability", availability, 0, 1)
+    _check_range("phi_low", phi_low, 0, np.inf, low_open=True)
+    if np.any(phi_high < phi_low) or not np.all(np.isfinite(phi_high)):
+        raise ValueError(f"phi_high must be finite and >= phi_low, got {phi_high}")
+    _check_range("tau_max", tau_max, 0, np.inf, low_open=True)
+    _check_range("min_distance", min_distance, 0, np.inf, low_open=True)
+    _check_range("radius", radius, min_distance, np.inf)
+    _check_range("bandwidth", bandwidth, 0, np.inf, low_open=True)
+    _check_range("tx_power_dbm", tx_power_dbm, -np.inf, np.inf, low_open=True, high_open=True)
+    _check_range("noise_dbm", noise_dbm, -np.inf, np.inf, low_open=True, high_open=True)
+    _check_range("path_loss", np.asarray(path_loss, float), -np.inf, np.inf, True, True)
+    _check_range("download_bits", download_bits, 0, np.inf)
+    _check_range("upload_bits", upload_bits, 0, np.inf)
+    _check_range("samples_per_update", samples_per_update, 0, np.inf)
+    if distance is not None:
+        distance = _per_client("distance", distance, num_clients)
+        _check_range("distance", distance, 0, np.inf, low_open=True)
+        distance = jnp.asarray(distance, dtype)
+    return WirelessParams(
+        phi_low=jnp.asarray(phi_low, dtype),
+        phi_high=jnp.asarray(phi_high, dtype),
+        availability=jnp.asarray(availability, dtype),
+        distance=distance,
+        radius=float(radius),
+        min_distance=float(min_distance),
+        bandwidth=float(bandwidth),
+        tx_power_dbm=float(tx_power_dbm),
+        noise_dbm=float(noise_dbm),
+        path_loss_intercept=float(path_loss[0]),
+        path_loss_slope=float(path_loss[1]),
+        download_bits=float(download_bits),
+        upload_bits=float(upload_bits),
+        samples_per_update=float(samples_per_update),
+        tau_max=float(tau_max),
+    )
+
+
+def preset_params(name: str, **overrides) -> WirelessParams:
+    """``make_params`` with a preset's values (``ideal`` or ``fairness``), then ``overrides``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown wireless preset {name!r}; choose from {sorted(PRESETS)}")
+    return make_params(**{**PRESETS[name], **overrides})
+
+
+def mean_snr(distance, params: WirelessParams):
+    """p · 10^(-PL/10) / σ²: the SNR for unit fading gain at ``distance`` metres."""
+    path_loss_db = params.path_loss_intercept + params.path_loss_slope * jnp.log10(distance / 1e3)
+    return 10.0 ** ((params.tx_power_dbm - params.noise_dbm - path_loss_db) / 10.0)
+
+
+def _transfer_time(bits, snr, fading, bandwidth):
+    rate = jnp.log2(1.0 + snr * fading)
+    # bits = 0 (nothing to send) takes no time even through a zero-gain fade (0/0 otherwise).
+    return jnp.where(bits > 0, bits / (bandwidth * rate), 0.0)
+
+
+def client_times(uniforms, distance, params: WirelessParams):
+    """τ_k (eq. 4) and the failure indicator from three rows of U[0, 1) draws.
+
+    Rows: downlink fading, uplink fading (|h|² = -log(1 - u) ~ Exp(1)), computing speed.
+    Returns ``(time f[K], failed bool[K])``.
+    """
+    snr = mean_snr(distance, params)
+    fading_down = -jnp.log1p(-uniforms[0])
+    fading_up = -jnp.log1p(-uniforms[1])
+    phi = params.phi_low + (params.phi_high - params.phi_low) * uniforms[2]
+    total = (
+        _transfer_time(params.download_bits, snr, fading_down, params.bandwidth)
+        + _transfer_time(params.upload_bits, snr, fading_up, params.bandwidth)
+        + params.samples_per_update / phi
+    )
+    failed = total >= params.tau_max
+    return jnp.minimum(total, params.tau_max), failed
+
+
+def draw_distance(key, params: WirelessParams):
+    """Distances uniform over the area of the annulus [min_distance, radius] (one per client)."""
+    u = jax.random.uniform(key, (params.num_clients,), params.phi_low.dtype)
+    inner2, outer2 = params.min_distance**2, params.radius**2
+    return jnp.sqrt(inner2 + (outer2 - inner2) * u)
+
+
+class WirelessEnv:
+    """Stateless environment; all randomness comes from the keys passed in."""
+
+    name = "wireless"
+    # Fields of Observation and Feedback, for policy compatibility checks.
+    provides = ("available", "time", "reward", "round_time", "set_reward", "num_failed")
+
+    def default_params(self, preset: str = "ideal", **overrides) -> WirelessParams:
+        return preset_params(preset, **overrides)
+
+    def layout(self, key, params: WirelessParams):
+        """The run's client distances: explicit ones, or drawn from ``key`` (the reset key)."""
+        if params.distance is not None:
+            return params.distance
+        k_layout, _ = jax.random.split(key)
+        return draw_distance(k_layout, params)
+
+    def _available(self, u, params: WirelessParams):
+        return u < params.availability
+
+    def reset(self, key, params: WirelessParams) -> tuple[Observation, WirelessState]:
+        _, k_available = jax.random.split(key)
+        u = jax.random.uniform(k_available, (params.num_clients,), params.phi_low.dtype)
+        state = WirelessState(
+            distance=self.layout(key, params),
+            available=self._available(u, params),
+            t=jnp.asarray(0, jnp.int32),
+        )
+        return Observation(available=state.available), state
+
+    def step(self, key, state: WirelessState, action, params: WirelessParams):
+        """Play ``action`` (bool[K]); return the next observation and this round's feedback."""
+        # One PRNG call per round: fading both ways, computing speed, next round's availability.
+        uniforms = jax.random.uniform(key, (4, params.num_clients), params.phi_low.dtype)
+        time, failed = client_times(uniforms[:3], state.distance, params)
+        action = jnp.asarray(action, bool)
+        reward = 1.0 - time / params.tau_max
+        any_selected = jnp.any(action)
+        feedback = Feedback(
+            time=jnp.where(action, time, 0.0),
+            reward=jnp.where(action, reward, 0.0),
+            round_time=jnp.max(jnp.where(action, time, 0.0)),
+            set_reward=jnp.where(any_selected, jnp.min(jnp.where(action, reward, 1.0)), 0.0),
+            num_failed=jnp.sum(action & failed, dtype=jnp.int32),
+        )
+        next_state = WirelessState(
+            distance=state.distance, available=self._available(uniforms[3], params), t=state.t + 1
+        )
+        return Observation(available=next_state.available), next_state, feedback
+
+    def round_metrics(self, feedback: Feedback) -> dict:
+        """Per-round scalars the runner records besides round time and queues."""
+        return {"set_reward": feedback.set_reward, "num_failed": feedback.num_failed}
+
+
+def reward_statistics(key, params: WirelessParams, distance, num_samples: int = 100_000):
+    """Monte Carlo μ_k = E[r_k] and P(client k fails), on device, vectorised over samples.
+
+    ``distance`` f[K] (e.g. ``WirelessEnv().layout(reset_key, params)``). The standard error of
+    each estimate is at most 0.5/sqrt(num_samples).
+    """
+    if not isinstance(num_samples, int | np.integer) or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    batch = min(int(num_samples), 8192)
+    num_batches = math.ceil(num_samples / batch)
+    keys = jax.random.split(key, num_batches)
+
+    def one_batch(k):
+        u = jax.random.uniform(k, (batch, 3, params.num_clients), params.phi_low.dtype)
+        time, failed = jax.vmap(client_times, in_axes=(0, None, None))(u, distance, params)
+        return jnp.sum(1.0 - time / params.tau_max, axis=0), jnp.sum(failed, axis=0)
+
+    reward_sums, fail_counts = jax.lax.map(one_batch, keys)
+    total = num_batches * batch
+    return reward_sums.sum(0) / total, fail_counts.sum(0) / total
