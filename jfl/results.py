@@ -26,6 +26,16 @@ HEADLINE_METRICS = (
     "jain_index",
     "selected_per_round",
 )
+# Regret metrics of CS-UCB / CS-UCB-Q (SPEC §4), for environments that report r(S(t)).
+REGRET_METRICS = (
+    "mean_set_reward",
+    "regret",
+    "cumulative_gap",
+    "average_gap",
+    "failed_clients",
+)
+# Fairness against a per-client target c (a ``rate_target`` [config, client] variable).
+TARGET_METRICS = ("fairness_met", "rounds_to_fairness")
 
 
 def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) -> xr.Dataset:
@@ -59,23 +69,66 @@ def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) 
     return xr.Dataset(data_vars, coords=coords)
 
 
+def performance_gap(ds: xr.Dataset) -> xr.DataArray:
+    """Θ(t) = τ_max (t·r_bench − Σ_{s≤t} r(S(s))) per (config, seed, round) (Xia et al. §V-B).
+
+    ``r_bench`` is the ``benchmark_reward`` variable: μ(S*) of eq. (13) for CS-UCB, r* of the
+    linear program (23) for CS-UCB-Q; ``tau_max`` comes from the dataset's attributes.
+    """
+    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
+    regret = rounds * ds["benchmark_reward"] - ds["set_reward"].cumsum("round")
+    return float(ds.attrs["tau_max"]) * regret
+
+
+def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
+    """Fraction of the rounds so far in which each client was selected (needs trajectories)."""
+    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
+    return ds["selected"].astype(float).cumsum("round") / rounds
+
+
 def run_metrics(ds: xr.Dataset) -> xr.Dataset:
-    """Headline metrics of SPEC §4 for every (config, seed)."""
+    """Headline metrics of SPEC §4 for every (config, seed).
+
+    Besides the RBCS-F set, datasets with ``set_reward`` get the regret metrics (the gap needs a
+    ``benchmark_reward`` variable), and with a per-client ``rate_target`` (c) the rate violation
+    is measured against it and the fairness metrics are added.
+    """
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
     min_rate = rate.min("client")
-    target = ds["queue_rate"] if "queue_rate" in ds.coords else 0.0
+    if "rate_target" in ds:
+        violation = np.maximum(ds["rate_target"] - rate, 0.0).max("client")
+    else:
+        target = ds["queue_rate"] if "queue_rate" in ds.coords else 0.0
+        violation = np.maximum(target - min_rate, 0.0)
     metrics = {
         "mean_round_time": ds["round_time"].mean("round"),
         "total_time": ds["round_time"].sum("round"),
         "final_queue_mean": ds["final_queue"].mean("client"),
         "final_queue_max": ds["final_queue"].max("client"),
         "min_selection_rate": min_rate,
-        "max_rate_violation": np.maximum(target - min_rate, 0.0),
+        "max_rate_violation": violation,
         "jain_index": xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
         "selected_per_round": ds["num_selected"].mean("round"),
     }
-    return xr.Dataset(metrics)
+    if "set_reward" in ds:
+        metrics["mean_set_reward"] = ds["set_reward"].mean("round")
+        metrics["failed_clients"] = ds["num_failed"].sum("round")
+        if "benchmark_reward" in ds:
+            regret = rounds * ds["benchmark_reward"] - ds["set_reward"].sum("round")
+            metrics["regret"] = regret
+            metrics["cumulative_gap"] = float(ds.attrs["tau_max"]) * regret
+            metrics["average_gap"] = metrics["cumulative_gap"] / rounds
+    if "rate_target" in ds:
+        metrics["fairness_met"] = (rate >= ds["rate_target"]).all("client").astype(float)
+        if "selected" in ds:
+            # 1 + the last round at which some client's running fraction is below its c_k
+            # (T + 1: not met at the end; 1: met throughout).
+            below = (running_selection_fraction(ds) < ds["rate_target"]).any("client")
+            last_below = xr.where(below, ds["round"], 0).max("round")
+            metrics["rounds_to_fairness"] = (last_below + 1).astype(float)
+    order = [*HEADLINE_METRICS, *REGRET_METRICS, *TARGET_METRICS]
+    return xr.Dataset({k: metrics[k] for k in order if k in metrics})
 
 
 def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.DataFrame:
@@ -84,7 +137,7 @@ def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.Data
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
     table["n_seeds"] = ds.sizes["seed"]
-    for name in HEADLINE_METRICS:
+    for name in metrics.data_vars:
         values = metrics[name].transpose("config", "seed").to_numpy()
         mean, lo, hi = interval(values, axis=1, level=level, method=method)
         table[name] = mean

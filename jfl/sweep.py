@@ -63,14 +63,18 @@ def config_table(
     swept: Mapping[str, Sequence[float]],
     fixed: Mapping[str, float] | None = None,
     fairness_target: float = 0.15,
+    shared: Mapping[str, Sequence[float]] | None = None,
 ) -> pd.DataFrame:
     """Cartesian grid per policy over the swept hyperparameters that policy reads.
 
-    Columns: ``policy``, every swept name (NaN where the policy does not use it), and
-    ``queue_rate``: the rate of the fairness queue the runner measures (β for policies that have
-    one, ``fairness_target`` otherwise). Values are validated against each policy's ranges.
+    Columns: ``policy``, every ``shared`` name (scenario axes crossed with every policy, e.g. the
+    number of channels or the fairness scale), every swept name (NaN where the policy does not
+    use it), and ``queue_rate``: the rate of the fairness queue the runner measures (the policy's
+    own rate, e.g. β, when it has one and it is swept; ``fairness_target`` otherwise). Values are
+    validated against each policy's ranges.
     """
     fixed = dict(fixed or {})
+    shared = dict(shared or {})
     if not policies:
         raise ValueError("--policies: give at least one policy")
     if len(set(policies)) != len(policies):
@@ -83,16 +87,18 @@ def config_table(
         used = [k for k in swept if k in spec.hparams]
         spec.validate({k: swept[k] for k in used})
         spec.validate({k: v for k, v in fixed.items() if k in spec.hparams})
-        for values in itertools.product(*(swept[k] for k in used)):
-            row = {
-                "policy": name,
-                **{k: np.nan for k in swept},
-                **dict(zip(used, values, strict=True)),
-            }
-            own = spec.queue_rate
-            row["queue_rate"] = row[own] if own in used else fairness_target
-            rows.append(row)
-    return pd.DataFrame(rows, columns=["policy", *swept, "queue_rate"])
+        for scenario in itertools.product(*shared.values()):
+            for values in itertools.product(*(swept[k] for k in used)):
+                row = {
+                    "policy": name,
+                    **dict(zip(shared, scenario, strict=True)),
+                    **{k: np.nan for k in swept},
+                    **dict(zip(used, values, strict=True)),
+                }
+                own = spec.queue_rate
+                row["queue_rate"] = row[own] if own in used else fairness_target
+                rows.append(row)
+    return pd.DataFrame(rows, columns=["policy", *shared, *swept, "queue_rate"])
 
 
 def policy_hparams(name: str, rows: pd.DataFrame, fixed: Mapping[str, float] | None = None):
@@ -306,7 +312,7 @@ def run_policy_grid(
     configs: pd.DataFrame,
     *,
     num_clients: int,
-    m: int,
+    m: int | str,
     num_rounds: int,
     seeds: Sequence[int],
     base_seed: int = 0,
@@ -315,42 +321,69 @@ def run_policy_grid(
     store: ChunkStore | None = None,
     trajectories: bool = False,
     show_progress: bool = True,
+    per_config: Mapping[str, np.ndarray] | None = None,
+    env_hparams: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
-    """Run every configuration of ``configs`` (rows grouped by policy) over ``seeds``.
+    """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
 
-    One compiled program per policy; outputs have leading axes [config, seed] in table order.
+    One compiled program per policy and selection size ``m`` (an int, or the name of a config
+    column holding it per row); each group's rows must be contiguous. ``per_config`` holds extra
+    per-configuration arrays (leading axis ``len(configs)``): hyperparameters that are vectors,
+    such as a fairness vector c [C, N], and optionally ``queue_rate`` ([C] or [C, N]) replacing
+    the column of the same name. ``env_hparams`` names environment fields taken from the
+    hyperparameters per configuration (see ``jfl.runner.make_run``).
     """
     from jfl.runner import make_batched_run, make_run, seed_keys
 
+    per_config = {k: np.asarray(v) for k, v in (per_config or {}).items()}
+    for key, value in per_config.items():
+        if value.shape[:1] != (len(configs),):
+            raise ValueError(f"per_config[{key!r}] needs {len(configs)} rows, got {value.shape}")
+    queue_rate = per_config.pop("queue_rate", configs["queue_rate"].to_numpy())
+    sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
+    groups = pd.Series(list(zip(configs["policy"], sizes, strict=True)))
+    starts = np.flatnonzero(np.r_[True, groups.to_numpy()[1:] != groups.to_numpy()[:-1]])
+    if groups.iloc[starts].duplicated().any():
+        raise ValueError("configs must list each (policy, m) group's rows contiguously")
     keys = seed_keys(base_seed, seeds)
-    per_policy = []
+    per_group = []
     bar = tqdm(total=len(configs), unit="config", disable=not show_progress, desc="sweep")
     try:
-        for name in pd.unique(configs["policy"]):
-            rows = configs[configs["policy"] == name]
-            if not np.array_equal(rows.index, np.arange(rows.index[0], rows.index[-1] + 1)):
-                raise ValueError("configs must list each policy's rows contiguously")
-            policy = get_policy(name).build(num_clients, m)
+        for start, stop in zip(starts, [*starts[1:], len(configs)], strict=True):
+            name, size = configs["policy"].iloc[start], int(sizes[start])
+            spec = get_policy(name)
+            spec.check_environment(env)
+            policy = spec.build(num_clients, size)
             batched = make_batched_run(
-                make_run(env, env_params, policy, num_rounds, trajectories=trajectories)
+                make_run(
+                    env,
+                    env_params,
+                    policy,
+                    num_rounds,
+                    trajectories=trajectories,
+                    env_hparams=env_hparams,
+                )
             )
+            rows = configs.iloc[start:stop]
+            hparams = policy_hparams(name, rows, fixed)
+            hparams.update({k: v[start:stop].astype(np.float32) for k, v in per_config.items()})
             bar.set_postfix_str(name)
-            per_policy.append(
+            per_group.append(
                 run_chunked(
                     batched,
                     keys,
-                    policy_hparams(name, rows, fixed),
-                    rows["queue_rate"].to_numpy(np.float32),
+                    hparams,
+                    np.asarray(queue_rate[start:stop], np.float32),
                     # A policy with few configurations is not padded up to a large chunk.
-                    min(chunk_size, _round_up(len(rows), jax.device_count())),
+                    min(chunk_size, _round_up(stop - start, jax.device_count())),
                     store=store,
-                    label=name,
+                    label=name if isinstance(m, int | np.integer) else f"{name}-m{size}",
                     progress=bar,
                 )
             )
     finally:
         bar.close()
-    return {k: np.concatenate([p[k] for p in per_policy]) for k in per_policy[0]}
+    return {k: np.concatenate([p[k] for p in per_group]) for k in per_group[0]}
 
 
 def run_metadata(settings: Mapping, wall_seconds: float | None = None) -> dict:

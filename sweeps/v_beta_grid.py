@@ -13,10 +13,20 @@ Writes to --out: summary.csv, results.nc (xarray/netCDF), metadata.json and figu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
+
+from jfl.cli import (
+    add_output_args,
+    add_seed_args,
+    at_least,
+    check_common_args,
+    format_table,
+    parse_policies,
+    prepare,
+    resolve_chunk_size,
+    write_outputs,
+)
 
 DEFAULT_OUT = "runs/v_beta_grid"
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
@@ -39,9 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: rbcsf, random, dirichlet_random, fedcs",
     )
     sim = p.add_argument_group("simulation")
-    sim.add_argument("--seeds", type=int, default=64, help="number of seeds per configuration")
-    sim.add_argument("--base-seed", type=int, default=0, help="root of the seed keys")
-    sim.add_argument("--rounds", type=int, default=500, help="rounds T")
+    add_seed_args(sim, seeds=64, rounds=500)
     sim.add_argument("--clients", type=int, default=40, help="clients N (4 equal classes)")
     sim.add_argument("--m", type=int, default=8, help="clients selected per round, 1 ≤ m ≤ N")
     sim.add_argument("--p-available", type=float, default=0.8, help="availability in [0, 1]")
@@ -51,61 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.15,
         help="rate of the fairness queue measured for policies without β (in [0, 1])",
     )
-    run = p.add_argument_group("execution and output")
-    run.add_argument(
-        "--chunk-size",
-        default="auto",
-        help="configurations per chunk, or 'auto' to fit --memory-budget",
-    )
-    run.add_argument("--memory-budget", type=float, default=1024, help="MiB per chunk (auto)")
-    run.add_argument("--out", default=DEFAULT_OUT, help=f"output directory ({DEFAULT_OUT})")
-    run.add_argument("--resume", action="store_true", help="continue a sweep in --out")
-    run.add_argument("--overwrite", action="store_true", help="replace a sweep in --out")
-    run.add_argument(
-        "--trajectories", action="store_true", help="also store per-client per-round arrays"
-    )
-    run.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="interval method")
-    run.add_argument("--no-plots", action="store_true", help="skip the figures")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(p, DEFAULT_OUT)
     return p
 
 
 def check_args(args) -> dict:
     """Validate every flag before anything is compiled; returns the resolved settings."""
-    from jfl.policies import REGISTRY
     from jfl.sweep import parse_values
 
-    def positive_int(name, value, low=1):
-        if value < low:
-            raise ValueError(f"--{name} must be an integer >= {low}, got {value}")
-
-    positive_int("seeds", args.seeds)
-    positive_int("rounds", args.rounds)
-    positive_int("clients", args.clients)
+    check_common_args(args)
+    at_least("clients", args.clients)
     if not 1 <= args.m <= args.clients:
         raise ValueError(f"--m must be in [1, --clients={args.clients}], got {args.m}")
     if not 0 <= args.p_available <= 1:
         raise ValueError(f"--p-available must be in [0, 1], got {args.p_available}")
     if not 0 <= args.fairness_target <= 1:
         raise ValueError(f"--fairness-target must be in [0, 1], got {args.fairness_target}")
-    if args.base_seed < 0:
-        raise ValueError(f"--base-seed must be >= 0, got {args.base_seed}")
-    if not args.memory_budget > 0:
-        raise ValueError(f"--memory-budget must be > 0 MiB, got {args.memory_budget}")
-    if args.resume and args.overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for name in policies:
-        if name not in REGISTRY:
-            raise ValueError(f"--policies: unknown policy {name!r}; choose from {sorted(REGISTRY)}")
-    if args.chunk_size != "auto":
-        try:
-            chunk = int(args.chunk_size)
-        except ValueError:
-            raise ValueError(
-                f"--chunk-size must be a positive integer or 'auto', got {args.chunk_size!r}"
-            ) from None
-        positive_int("chunk-size", chunk)
+    policies = parse_policies(args.policies)
     swept = {name: parse_values(getattr(args, name), name) for name in SWEPT}
     if not args.lam > 0:
         raise ValueError(f"--lam must be > 0, got {args.lam}")
@@ -144,38 +114,27 @@ def main(argv=None) -> int:
         parser.error(str(err))
 
     # Heavy imports after validation, so a bad flag fails in a fraction of a second.
-    import jax
     import numpy as np
 
-    from jfl import plots, results, sweep
+    from jfl import results, sweep
     from jfl.envs import RbcsfEnv
 
     env = RbcsfEnv()
     env_params = env.default_params(
         num_clients=settings["clients"], p_available=settings["p_available"]
     )
-    if settings["chunk_size"] == "auto":
-        per_run = sweep.bytes_per_run(
-            settings["rounds"], settings["clients"], settings["m"], settings["trajectories"]
-        )
-        rbcsf_configs = int((configs["policy"] == "rbcsf").sum()) or len(configs)
-        chunk_size = sweep.auto_chunk_size(
-            rbcsf_configs,
-            settings["seeds"],
-            per_run,
-            int(settings["memory_budget_mib"] * 2**20),
-            jax.device_count(),
-        )
-    else:
-        chunk_size = sweep._round_up(int(settings["chunk_size"]), jax.device_count())
-    # The resolved chunk size is part of the manifest: resuming with the same chunks is what makes
-    # a resumed sweep bit-identical to an uninterrupted one.
-    manifest = {**settings, "chunk_size": chunk_size, "devices": jax.device_count()}
-    out = Path(args.out)
-    try:
-        sweep.prepare_out_dir(out, manifest, resume=args.resume, overwrite=args.overwrite)
-    except ValueError as err:
-        parser.error(str(err))
+    per_run = sweep.bytes_per_run(
+        settings["rounds"], settings["clients"], settings["m"], settings["trajectories"]
+    )
+    rbcsf_configs = int((configs["policy"] == "rbcsf").sum()) or len(configs)
+    chunk_size = resolve_chunk_size(
+        settings["chunk_size"],
+        rbcsf_configs,
+        settings["seeds"],
+        per_run,
+        settings["memory_budget_mib"],
+    )
+    out, manifest = prepare(parser, args, settings, chunk_size)
 
     start = time.perf_counter()
     try:
@@ -201,12 +160,7 @@ def main(argv=None) -> int:
     ds = results.to_dataset(outputs, configs, np.arange(settings["seeds"]))
     metadata = sweep.run_metadata(manifest, wall_seconds=wall)
     metadata["note"] = "queue_rate: β for RBCS-F, --fairness-target for policies without β"
-    results.write_dataset(ds, out / "results.nc", metadata)
-    summary = results.summarize(ds, method=args.ci)
-    summary.to_csv(out / "summary.csv", index=False)
-    (out / "metadata.json").write_text(json.dumps(metadata, indent=2))
-    if not args.no_plots:
-        write_figures(ds, summary, out / "figures", plots)
+    summary = write_outputs(ds, out, metadata, args.ci, None if args.no_plots else write_figures)
     print(
         f"{len(configs)} configurations × {settings['seeds']} seeds × {settings['rounds']} "
         f"rounds in {wall:.1f} s → {out}"
@@ -215,10 +169,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def write_figures(ds, summary, folder: Path, plots) -> None:
+def write_figures(ds, summary, folder) -> None:
     import numpy as np
 
-    folder.mkdir(parents=True, exist_ok=True)
+    from jfl import plots
+
     policy = ds["policy"].to_numpy()
     rbcsf = ds["config"].to_numpy()[policy == "rbcsf"]
     if len(rbcsf):
@@ -267,22 +222,23 @@ def write_figures(ds, summary, folder: Path, plots) -> None:
         )
 
 
-def summary_table(summary, max_rows: int = 20) -> str:
-    columns = [
-        "policy",
-        "V",
-        "beta",
-        "alpha",
-        "deadline",
-        "n_seeds",
-        "mean_round_time",
-        "final_queue_mean",
-        "min_selection_rate",
-        "jain_index",
-        "selected_per_round",
-    ]
-    columns = [c for c in columns if c in summary]
-    return summary[columns].head(max_rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
+def summary_table(summary) -> str:
+    return format_table(
+        summary,
+        [
+            "policy",
+            "V",
+            "beta",
+            "alpha",
+            "deadline",
+            "n_seeds",
+            "mean_round_time",
+            "final_queue_mean",
+            "min_selection_rate",
+            "jain_index",
+            "selected_per_round",
+        ],
+    )
 
 
 if __name__ == "__main__":
