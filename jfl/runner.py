@@ -29,6 +29,7 @@ class RunOutput(NamedTuple):
     queue_max: jax.Array  # f[T]  max over clients of Z after round t
     selection_count: jax.Array  # i[N]  pull record after T rounds
     final_queue: jax.Array  # f[N]  Z after round T
+    last_unmet_round: jax.Array  # i[]  last round t with count_n(t) < t·rate_n for some n (0: none)
     set_reward: jax.Array | None = None  # f[T]  r(S(t)), environments that report it (wireless)
     num_failed: jax.Array | None = None  # i[T]  selected clients that hit τ_max (wireless)
     selected: jax.Array | None = None  # bool[T, N]  only with trajectories=True
@@ -37,6 +38,7 @@ class RunOutput(NamedTuple):
 
 PER_ROUND = ("round_time", "num_selected", "queue_mean", "queue_max", "set_reward", "num_failed")
 PER_CLIENT = ("selection_count", "final_queue")
+PER_RUN = ("last_unmet_round",)
 TRAJECTORY = ("selected", "queue")
 
 
@@ -55,6 +57,9 @@ def make_run(
     env_hparams: tuple[str, ...] = (),
 ):
     """Pure single-configuration, single-seed run.
+
+    ``last_unmet_round`` measures convergence to the guaranteed rates: from the round after it
+    on, every client's running selection fraction is at least its ``queue_rate``.
 
     The fairness queue in the outputs follows eq. 6 with rate ``queue_rate`` (a scalar or one rate
     per client) for every policy (for RBCS-F with ``queue_rate = β`` and CS-UCB-Q with
@@ -80,16 +85,21 @@ def make_run(
         num_clients = obs.available.shape[0]
         queue = jnp.zeros(num_clients, jnp.result_type(float))
         count = jnp.zeros(num_clients, jnp.int32)
+        last_unmet = jnp.asarray(0, jnp.int32)
+        target = jnp.broadcast_to(queue_rate, (num_clients,))
 
-        def one_round(carry, keys_t):
-            obs, env_state, policy_state, queue, count = carry
-            k_select, k_step = keys_t
+        def one_round(carry, xs):
+            obs, env_state, policy_state, queue, count, last_unmet = carry
+            k_select, k_step, t = xs
             action = policy.select(k_select, policy_state, obs, hparams)
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
             policy_state = policy.update(policy_state, obs, action, feedback, hparams)
             queue = virtual_queue_update(queue, queue_rate, action)
             count = count + action
+            # Exact integer-vs-float comparison: batch-shape independent, unlike a running mean.
+            unmet = jnp.any(count < target * t)
+            last_unmet = jnp.where(unmet, t, last_unmet)
             per_round = {
                 "round_time": feedback.round_time,
                 "num_selected": jnp.sum(action, dtype=jnp.int32),
@@ -101,14 +111,17 @@ def make_run(
             if trajectories:
                 per_round["selected"] = action
                 per_round["queue"] = queue
-            return (next_obs, env_state, policy_state, queue, count), per_round
+            return (next_obs, env_state, policy_state, queue, count, last_unmet), per_round
 
-        carry = (obs, env_state, policy_state, queue, count)
+        carry = (obs, env_state, policy_state, queue, count, last_unmet)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
         keys = jax.random.split(k_rounds, (num_rounds, 2))
-        keys = (keys[:, 0], keys[:, 1])
-        (_, _, _, queue, count), per_round = jax.lax.scan(one_round, carry, keys)
-        return RunOutput(selection_count=count, final_queue=queue, **per_round)
+        rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
+        carry, per_round = jax.lax.scan(one_round, carry, (keys[:, 0], keys[:, 1], rounds))
+        *_, queue, count, last_unmet = carry
+        return RunOutput(
+            selection_count=count, final_queue=queue, last_unmet_round=last_unmet, **per_round
+        )
 
     return run
 
