@@ -105,3 +105,75 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None, title=None):
+    """A summary metric against one column, one line per policy, with its interval as error bars.
+
+    Other varying columns would mix several configurations into one point, so every remaining
+    hyperparameter combination gets its own line.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    others = [
+        c
+        for c in _label_columns(summary)
+        if c not in ("policy", x) and summary[c].nunique(dropna=True) > 1
+    ]
+    for keys, group in summary.groupby(["policy", *others], dropna=False, sort=False):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        label = " ".join(
+            [str(keys[0])]
+            + [f"{n}={v:g}" for n, v in zip(others, keys[1:], strict=True) if np.isfinite(v)]
+        )
+        group = group.sort_values(x)
+        mean = group[metric].to_numpy()
+        err = np.stack([mean - group[f"{metric}_lo"], group[f"{metric}_hi"] - mean])
+        ax.errorbar(group[x], mean, yerr=np.nan_to_num(err), marker="o", capsize=3, label=label)
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel or metric)
+    ax.set_title(title or metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _label_columns(summary: pd.DataFrame) -> list[str]:
+    """Columns that label a configuration (not metrics or their interval bounds)."""
+    end = summary.columns.get_loc("n_seeds")
+    return list(summary.columns[:end])
+
+
+def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
+    """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
+
+    Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
+    dataset has a ``rate_target``.
+    """
+    from jfl.results import running_selection_fraction
+
+    varying = varying_hparams(ds)
+    configs = _select_configs(ds, max_lines) if configs is None else configs
+    num_clients = ds.sizes["client"]
+    fig, axes = plt.subplots(
+        1, num_clients, figsize=(3.2 * num_clients, 3.6), sharey=True, squeeze=False
+    )
+    fraction = running_selection_fraction(ds)
+    x = ds["round"].to_numpy()
+    for k, ax in enumerate(axes[0]):
+        for config in configs:
+            samples = fraction.sel(config=config, client=k).transpose("seed", "round").to_numpy()
+            band(ax, x, samples, label=config_label(ds, config, varying))
+        if "rate_target" in ds:
+            targets = np.unique(ds["rate_target"].sel(config=configs, client=k).to_numpy())
+            for target in targets:
+                ax.axhline(target, color="k", linestyle="--", linewidth=1)
+        ax.set_title(f"client {k + 1}")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("selection fraction")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

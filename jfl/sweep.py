@@ -339,7 +339,10 @@ def run_policy_grid(
     for key, value in per_config.items():
         if value.shape[:1] != (len(configs),):
             raise ValueError(f"per_config[{key!r}] needs {len(configs)} rows, got {value.shape}")
-    queue_rate = per_config.pop("queue_rate", configs["queue_rate"].to_numpy())
+    if "queue_rate" in per_config:
+        queue_rate = per_config.pop("queue_rate")
+    else:
+        queue_rate = configs["queue_rate"].to_numpy()
     sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
     groups = pd.Series(list(zip(configs["policy"], sizes, strict=True)))
     starts = np.flatnonzero(np.r_[True, groups.to_numpy()[1:] != groups.to_numpy()[:-1]])
