@@ -80,6 +80,7 @@ class WirelessParams:
 @struct.dataclass
 class WirelessState:
     distance: jax.Array  # f[K]  metres, fixed for the run
+    snr: jax.Array  # f[K]  mean_snr(distance), computed once per run rather than every round
     available: jax.Array  # bool[K]  a_k(t)
     t: jax.Array  # i[]  round index, 0-based
 
@@ -203,7 +204,10 @@ def client_times(uniforms, distance, params: WirelessParams):
     Rows: downlink fading, uplink fading (|h|² = -log(1 - u) ~ Exp(1)), computing speed.
     Returns ``(time f[K], failed bool[K])``.
     """
-    snr = mean_snr(distance, params)
+    return _times_given_snr(uniforms, mean_snr(distance, params), params)
+
+
+def _times_given_snr(uniforms, snr, params: WirelessParams):
     fading_down = -jnp.log1p(-uniforms[0])
     fading_up = -jnp.log1p(-uniforms[1])
     phi = params.phi_low + (params.phi_high - params.phi_low) * uniforms[2]
@@ -246,8 +250,10 @@ class WirelessEnv:
     def reset(self, key, params: WirelessParams) -> tuple[Observation, WirelessState]:
         _, k_available = jax.random.split(key)
         u = jax.random.uniform(k_available, (params.num_clients,), params.phi_low.dtype)
+        distance = self.layout(key, params)
         state = WirelessState(
-            distance=self.layout(key, params),
+            distance=distance,
+            snr=mean_snr(distance, params),
             available=self._available(u, params),
             t=jnp.asarray(0, jnp.int32),
         )
@@ -257,7 +263,7 @@ class WirelessEnv:
         """Play ``action`` (bool[K]); return the next observation and this round's feedback."""
         # One PRNG call per round: fading both ways, computing speed, next round's availability.
         uniforms = jax.random.uniform(key, (4, params.num_clients), params.phi_low.dtype)
-        time, failed = client_times(uniforms[:3], state.distance, params)
+        time, failed = _times_given_snr(uniforms[:3], state.snr, params)
         action = jnp.asarray(action, bool)
         reward = 1.0 - time / params.tau_max
         any_selected = jnp.any(action)
@@ -268,9 +274,7 @@ class WirelessEnv:
             set_reward=jnp.where(any_selected, jnp.min(jnp.where(action, reward, 1.0)), 0.0),
             num_failed=jnp.sum(action & failed, dtype=jnp.int32),
         )
-        next_state = WirelessState(
-            distance=state.distance, available=self._available(uniforms[3], params), t=state.t + 1
-        )
+        next_state = state.replace(available=self._available(uniforms[3], params), t=state.t + 1)
         return Observation(available=next_state.available), next_state, feedback
 
     def round_metrics(self, feedback: Feedback) -> dict:

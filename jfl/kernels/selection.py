@@ -87,7 +87,13 @@ def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
       k: number of clients to select (int, possibly traced).
     """
     available = jnp.asarray(available, bool)
-    rank = _rank(~available, -jnp.asarray(scores))
+    key = -jnp.asarray(scores)
+    if key.shape[0] <= SMALL_POOL_MAX and jnp.issubdtype(key.dtype, jnp.floating):
+        # Correctness, not speed: fused into the N^2 comparisons, the score expression is
+        # evaluated once per operand, and the two evaluations may differ in the last bit (e.g.
+        # with and without an FMA), so a client can rank "before itself" and drop out.
+        key = _materialised_order_key(key)
+    rank = _rank(~available, key)
     return available & (rank < k)
 
 

@@ -65,8 +65,8 @@ def cs_ucb(num_clients: int, m: int) -> Policy:
     group is completed with κN - K clients drawn without replacement among those already played
     (Alg. 1 line 4), so every client is played at least once. Afterwards each round takes the N
     largest ``y_k + sqrt((N+1) ln t / z_k)``. Should a client be unavailable (the paper's ideal
-    scenario has none), the round takes its group's available members first, then the best
-    others, so the selection size is always ``min(N, |A(t)|)``.
+    scenario has none), the round takes its group's available members first, then the
+    lowest-indexed other available clients, so the selection size is always ``min(N, |A(t)|)``.
     """
     check_selection_size(num_clients, m)
     kappa = initial_rounds(num_clients, m)

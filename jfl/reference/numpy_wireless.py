@@ -338,6 +338,7 @@ def round_robin_numpy(available, N: int, order) -> np.ndarray:
 
 class WirelessTrace(NamedTuple):
     selected: np.ndarray  # bool[T, K]  b(t)
+    available: np.ndarray  # bool[T, K]  a(t)
     queue: np.ndarray  # f[T, K]  D after round t's update (D(t + 1))
     reward: np.ndarray  # f[T, K]  r_k(t) of every client (revealed only where selected)
     set_reward: np.ndarray  # f[T]  min r_k over the selected clients, 0 if none
@@ -376,6 +377,7 @@ def wireless_numpy_loop(
     count = np.zeros(K)
     queue = np.zeros(K)
     out_selected = np.zeros((num_rounds, K), bool)
+    out_available = np.zeros((num_rounds, K), bool)
     out_queue = np.zeros((num_rounds, K))
     out_reward = np.zeros((num_rounds, K))
     out_set_reward = np.zeros(num_rounds)
@@ -396,6 +398,7 @@ def wireless_numpy_loop(
         queue = np.maximum(queue + c - b, 0.0)
 
         out_selected[row] = b
+        out_available[row] = available
         out_queue[row] = queue
         out_reward[row] = reward
         if b.any():
@@ -405,6 +408,7 @@ def wireless_numpy_loop(
 
     return WirelessTrace(
         selected=out_selected,
+        available=out_available,
         queue=out_queue,
         reward=out_reward,
         set_reward=out_set_reward,

@@ -389,3 +389,34 @@ def test_infinite_scores_and_times_keep_their_order():
     queue = jnp.array([1.0, 5.0, 0.0, 0.0, 0.0])
     chosen = np.asarray(divide_and_conquer(tau_bar, queue, jnp.ones(5, bool), 2, 1.0))
     np.testing.assert_array_equal(chosen, [True, False, False, False, True])
+
+
+def test_topk_mask_exact_count_when_scores_are_fused_arithmetic():
+    """A computed score fused into the ranking still selects exactly k (regression: CS-UCB-Q).
+
+    XLA:CPU once evaluated ``(1 - β)·ŷ + β·D`` separately for each side of the pairwise
+    comparison; the two differed in the last bit and the best client ranked behind itself.
+    """
+    from jfl.kernels import ArmStats, ucb_index
+
+    count = jnp.array([13.0, 5.0, 11.0, 6.0, 12.0], jnp.float32)
+    mean = jnp.array([0.26055583, 0.45993233, 0.14168535, 0.21171775, 0.75194764], jnp.float32)
+    queue = jnp.array([0.19343619, 0.34899053, 0.598904, 0.0, 0.42233258], jnp.float32)
+    available = jnp.array([True, True, False, False, True])
+
+    def select(count, mean, queue, available, beta, t):
+        score = (1 - beta) * ucb_index(ArmStats(count, mean), t, 2.0, cap=1.0) + beta * queue
+        return topk_mask(score, available, 1)
+
+    rng = np.random.default_rng(11)
+    betas = jnp.asarray(np.r_[0.1, rng.uniform(0, 1, 63)], jnp.float32)
+    batch = len(betas)
+
+    def tile(x):
+        return jnp.broadcast_to(x, (batch, *jnp.shape(x)))
+
+    masks = jax.jit(jax.vmap(select))(
+        tile(count), tile(mean), tile(queue), tile(available), betas, tile(jnp.int32(52))
+    )
+    np.testing.assert_array_equal(np.asarray(masks).sum(axis=1), 1)
+    assert not np.asarray(masks)[:, ~np.asarray(available)].any()
