@@ -1,8 +1,9 @@
-"""Benchmark: jfl against a plain NumPy per-seed loop on the RBCS-F setting, measured side by side.
+"""Benchmark: jfl against plain NumPy per-seed loops (RBCS-F and CS-UCB-Q), measured side by side.
 
     python bench/bench_rbcsf.py            # full table (a few minutes on a 2-core CPU)
     python bench/bench_rbcsf.py --quick    # smaller batches, for a smoke run
     python bench/bench_rbcsf.py --memory   # also the 10^5-configuration chunked-grid memory run
+    python bench/bench_rbcsf.py --sections cs_ucb_q   # only the CS-UCB-Q table
 
 Prints, for the same machine and the same run:
   1. simulation throughput in config-rounds per second (one config-round = one configuration and
@@ -11,7 +12,9 @@ Prints, for the same machine and the same run:
   2. the exact P4 kernel ``divide_and_conquer`` for N = 40 … 10^6 (m = 8) against the NumPy
      prefix-heap solver, with the growth factor per 10× N;
   3. the same grid run in chunks of several sizes (and sharded when several devices are visible);
-  4. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  4. CS-UCB-Q on the wireless environment (K = 20, N = 5) against its NumPy loop
+     (``jfl.reference.wireless_numpy_loop``), the same way as 1;
+  5. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
 No number here is asserted anywhere; README records a table from this script.
 """
 
@@ -29,13 +32,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfl.envs import RbcsfEnv
+from jfl.envs import RbcsfEnv, WirelessEnv
+from jfl.envs.wireless import preset_params
 from jfl.kernels import divide_and_conquer
 from jfl.policies import get
 from jfl.reference.numpy_rbcsf import p4_objective, p4_prefix_heap, rbcsf_numpy_loop
+from jfl.reference.numpy_wireless import wireless_numpy_loop
 from jfl.runner import make_batched_run, make_run, seed_keys
 
 N, M, T = 40, 8, 500
+K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
+SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q")
 
 
 def machine() -> str:
@@ -77,6 +84,42 @@ def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats:
     for _ in range(repeats):
         start = time.perf_counter()
         jax.block_until_ready(run(keys, hparams, hparams["beta"]))
+        best = min(best, time.perf_counter() - start)
+    return configs * seeds * rounds / best, first
+
+
+def numpy_wireless_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for seed in range(num_seeds):
+            wireless_numpy_loop(
+                seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, 5.0
+            )
+        best = min(best, time.perf_counter() - start)
+    return num_seeds * rounds / best
+
+
+def jfl_wireless_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
+    """(config-rounds/s, compile+first-run seconds) of CS-UCB-Q, ``batch`` = configs × seeds."""
+    env = WirelessEnv()
+    spec = get("cs_ucb_q")
+    seeds = min(seeds_per_config, batch)
+    configs = batch // seeds
+    params = preset_params("ideal", num_clients=K_WIRELESS)
+    run = make_batched_run(make_run(env, params, spec.build(K_WIRELESS, N_WIRELESS), rounds))
+    hparams = {
+        "beta": jnp.geomspace(1e-5, 1.0, configs, dtype=jnp.float32),
+        "fairness": jnp.full((configs, K_WIRELESS), FAIRNESS_WIRELESS, jnp.float32),
+    }
+    keys = seed_keys(0, np.arange(seeds))
+    start = time.perf_counter()
+    jax.block_until_ready(run(keys, hparams, hparams["fairness"]))
+    first = time.perf_counter() - start
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run(keys, hparams, hparams["fairness"]))
         best = min(best, time.perf_counter() - start)
     return configs * seeds * rounds / best, first
 
@@ -126,7 +169,8 @@ def memory_run(num_configs: int, rounds: int, chunk: int) -> dict:
     """Peak RSS of a chunked grid in a fresh process (so earlier allocations do not count)."""
     code = f"""
 import json, resource, time, numpy as np
-from jfl.envs import RbcsfEnv
+from jfl.envs import RbcsfEnv, WirelessEnv
+from jfl.envs.wireless import preset_params
 from jfl.sweep import config_table, run_policy_grid
 V = list(np.linspace(0, 50, {num_configs}))
 configs = config_table(["rbcsf"], {{"V": V}})
@@ -148,46 +192,75 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small batches and sizes")
     parser.add_argument("--memory", action="store_true", help="run the 10^5-config grid")
     parser.add_argument("--numpy-seeds", type=int, default=4, help="seeds timed for NumPy")
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
+    )
     args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--sections: unknown {unknown}; choose from {SECTIONS}")
 
     print(f"machine: {machine()}")
     rounds = 100 if args.quick else T
     batches = (64, 256) if args.quick else (64, 1024, 8192)
-    numpy_rate = numpy_throughput(args.numpy_seeds, rounds)
-    print(f"\n1. RBCS-F simulation, N={N}, m={M}, T={rounds} (config-rounds per second)")
-    print(
+    header = (
         f"{'implementation':<28}{'batch':>8}{'config-rounds/s':>18}{'× NumPy':>10}{'compile s':>11}"
     )
-    print(f"{'NumPy per-seed loop':<28}{1:>8}{numpy_rate:>18,.0f}{1:>10.1f}{'-':>11}")
-    for batch in batches:
-        rate, first = jfl_throughput(batch, rounds)
-        ratio = rate / numpy_rate
-        print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+    if "rbcsf" in sections or "chunks" in sections:
+        numpy_rate = numpy_throughput(args.numpy_seeds, rounds)
+    if "rbcsf" in sections:
+        print(f"\n1. RBCS-F simulation, N={N}, m={M}, T={rounds} (config-rounds per second)")
+        print(header)
+        print(f"{'NumPy per-seed loop':<28}{1:>8}{numpy_rate:>18,.0f}{1:>10.1f}{'-':>11}")
+        for batch in batches:
+            rate, first = jfl_throughput(batch, rounds)
+            ratio = rate / numpy_rate
+            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
 
-    sizes = (40, 1_000, 10_000) if args.quick else (40, 1_000, 10_000, 100_000, 1_000_000)
-    print(f"\n2. divide_and_conquer (exact P4), m={M}, one instance, jitted")
-    header = ("N", "jfl s", "growth/10×N", "NumPy heap s", "× NumPy", "obj gap")
-    print("".join(f"{h:>{w}}" for h, w in zip(header, (10, 12, 13, 14, 9, 10), strict=True)))
-    previous = None
-    for n, seconds, _, numpy_s, gap in kernel_times(sizes):
-        growth = "" if previous is None else f"{seconds / previous:.1f}"
-        speedup = numpy_s / seconds
-        print(f"{n:>10,}{seconds:>12.2e}{growth:>13}{numpy_s:>14.2e}{speedup:>9.1f}{gap:>10.1e}")
-        previous = seconds
+    if "kernel" in sections:
+        sizes = (40, 1_000, 10_000) if args.quick else (40, 1_000, 10_000, 100_000, 1_000_000)
+        print(f"\n2. divide_and_conquer (exact P4), m={M}, one instance, jitted")
+        columns = ("N", "jfl s", "growth/10×N", "NumPy heap s", "× NumPy", "obj gap")
+        widths = (10, 12, 13, 14, 9, 10)
+        print("".join(f"{h:>{w}}" for h, w in zip(columns, widths, strict=True)))
+        previous = None
+        for n, seconds, _, numpy_s, gap in kernel_times(sizes):
+            growth = "" if previous is None else f"{seconds / previous:.1f}"
+            speedup = numpy_s / seconds
+            print(
+                f"{n:>10,}{seconds:>12.2e}{growth:>13}{numpy_s:>14.2e}{speedup:>9.1f}{gap:>10.1e}"
+            )
+            previous = seconds
 
-    num_configs = 16 if args.quick else 128
-    chunks = (4, 16) if args.quick else (4, 32, 128)
-    devices = jax.device_count()
-    print(f"\n3. chunked grid: {num_configs} configurations × 64 seeds, {devices} device(s)")
-    print(f"{'configs per chunk':>18}{'config-rounds/s':>18}{'× NumPy':>10}")
-    for chunk in chunks:
-        rate = chunked_throughput(num_configs, chunk * devices, rounds)
-        print(f"{chunk * devices:>18}{rate:>18,.0f}{rate / numpy_rate:>10.1f}")
+    if "chunks" in sections:
+        num_configs = 16 if args.quick else 128
+        chunks = (4, 16) if args.quick else (4, 32, 128)
+        devices = jax.device_count()
+        print(f"\n3. chunked grid: {num_configs} configurations × 64 seeds, {devices} device(s)")
+        print(f"{'configs per chunk':>18}{'config-rounds/s':>18}{'× NumPy':>10}")
+        for chunk in chunks:
+            rate = chunked_throughput(num_configs, chunk * devices, rounds)
+            print(f"{chunk * devices:>18}{rate:>18,.0f}{rate / numpy_rate:>10.1f}")
+
+    if "cs_ucb_q" in sections:
+        wireless_rounds = 500 if args.quick else 2000
+        wireless_numpy = numpy_wireless_throughput(args.numpy_seeds, wireless_rounds)
+        print(
+            f"\n4. CS-UCB-Q on the wireless environment, K={K_WIRELESS}, N={N_WIRELESS}, "
+            f"T={wireless_rounds} (config-rounds per second)"
+        )
+        print(header)
+        print(f"{'NumPy per-seed loop':<28}{1:>8}{wireless_numpy:>18,.0f}{1:>10.1f}{'-':>11}")
+        for batch in batches:
+            rate, first = jfl_wireless_throughput(batch, wireless_rounds)
+            ratio = rate / wireless_numpy
+            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
 
     if args.memory:
         configs, chunk = 100_000, 4_096
         result = memory_run(configs, T, chunk)
-        print(f"\n4. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
+        print(f"\n5. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
         print(
             f"wall {result['wall_s']:.0f} s, peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB, "
             f"results {result['results_bytes'] / 2**30:.2f} GiB"
