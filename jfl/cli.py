@@ -62,6 +62,18 @@ def check_common_args(args) -> None:
         at_least("chunk-size", chunk)
 
 
+def common_settings(args) -> dict:
+    """The settings of ``add_seed_args`` / ``add_output_args`` flags, for the manifest."""
+    return {
+        "seeds": args.seeds,
+        "base_seed": args.base_seed,
+        "rounds": args.rounds,
+        "chunk_size": args.chunk_size,
+        "memory_budget_mib": args.memory_budget,
+        "trajectories": args.trajectories,
+    }
+
+
 def parse_policies(text: str) -> list[str]:
     """Comma-separated registered policy names."""
     from jfl.policies import REGISTRY

@@ -232,17 +232,18 @@ def run_from_cli(
     settings: dict,
     configs: pd.DataFrame,
     params: WirelessParams,
-    fairness: np.ndarray,
-    availability: np.ndarray,
     benchmark: str,
     figures,
     columns: Sequence[str],
+    fairness=None,
+    samples=None,
 ) -> int:
     """Everything after flag validation: benchmarks, chunked run, dataset, outputs, figures.
 
-    ``configs`` has a ``N`` column (the selection size of each row); its ``queue_rate`` column,
-    if any, is replaced by the per-client fairness vector c, so every policy's fairness queue
-    and rate violation are measured against c.
+    ``configs`` has a ``N`` column (the selection size of each row); c and α per configuration
+    come from ``scenario_vectors`` (``settings["availability"]``, ``fairness``, ``samples``).
+    The ``queue_rate`` column, if any, is replaced by c, so every policy's fairness queue and
+    rate violation are measured against c.
     """
     import time
 
@@ -251,6 +252,13 @@ def run_from_cli(
 
     env = WirelessEnv()
     configs = configs.drop(columns="queue_rate", errors="ignore")
+    fairness, availability = scenario_vectors(
+        configs,
+        params.num_clients,
+        availability=settings["availability"],
+        fairness=fairness,
+        samples=samples,
+    )
     sizes = configs["N"].to_numpy(int)
     seeds = np.arange(settings["seeds"])
     keys = seed_keys(settings["base_seed"], seeds)

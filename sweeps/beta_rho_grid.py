@@ -18,7 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfl.cli import add_output_args, add_seed_args, check_common_args, parse_policies
+from jfl.cli import (
+    add_output_args,
+    add_seed_args,
+    check_common_args,
+    common_settings,
+    parse_policies,
+)
 from jfl.wireless_sweep import add_scenario_args, check_scenario_args, parse_floats
 
 DEFAULT_OUT = "runs/beta_rho_grid"
@@ -60,12 +66,7 @@ def check_args(args) -> dict:
         "rho": rho,
         "samples": samples,
         **check_scenario_args(args),
-        "seeds": args.seeds,
-        "base_seed": args.base_seed,
-        "rounds": args.rounds,
-        "chunk_size": args.chunk_size,
-        "memory_budget_mib": args.memory_budget,
-        "trajectories": args.trajectories,
+        **common_settings(args),
         "environment": "wireless",
         "benchmark": "lp",
     }
@@ -86,22 +87,15 @@ def main(argv=None) -> int:
     except ValueError as err:
         parser.error(str(err))
 
-    from jfl.wireless_sweep import run_from_cli, scenario_params, scenario_vectors
+    from jfl.wireless_sweep import run_from_cli, scenario_params
 
-    fairness, availability = scenario_vectors(
-        configs,
-        settings["clients"],
-        availability=settings["availability"],
-        samples=settings["samples"],
-    )
     return run_from_cli(
         parser,
         args,
         settings=settings,
         configs=configs,
         params=scenario_params(settings),
-        fairness=fairness,
-        availability=availability,
+        samples=settings["samples"],
         benchmark="lp",
         figures=write_figures,
         columns=[

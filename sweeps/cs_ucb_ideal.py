@@ -21,6 +21,7 @@ from jfl.cli import (
     add_seed_args,
     at_least,
     check_common_args,
+    common_settings,
     parse_policies,
 )
 
@@ -66,16 +67,11 @@ def check_args(args) -> dict:
     return {
         "policies": parse_policies(args.policies),
         "N": sorted({int(n) for n in sizes}),
-        "seeds": args.seeds,
-        "base_seed": args.base_seed,
-        "rounds": args.rounds,
+        **common_settings(args),
         "clients": args.clients,
         "tau_max": args.tau_max,
         "availability": 1.0,
         "mc_samples": args.mc_samples,
-        "chunk_size": args.chunk_size,
-        "memory_budget_mib": args.memory_budget,
-        "trajectories": args.trajectories,
         "environment": "wireless",
         "benchmark": "best_set",
     }
@@ -95,18 +91,15 @@ def main(argv=None) -> int:
         parser.error(str(err))
 
     from jfl.envs.wireless import make_params
-    from jfl.wireless_sweep import run_from_cli, scenario_vectors
+    from jfl.wireless_sweep import run_from_cli
 
     params = make_params(settings["clients"], tau_max=settings["tau_max"], availability=1.0)
-    fairness, availability = scenario_vectors(configs, settings["clients"], availability=1.0)
     return run_from_cli(
         parser,
         args,
         settings=settings,
         configs=configs,
         params=params,
-        fairness=fairness,
-        availability=availability,
         benchmark="best_set",
         figures=write_figures,
         columns=[

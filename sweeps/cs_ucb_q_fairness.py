@@ -18,7 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jfl.cli import add_output_args, add_seed_args, check_common_args, parse_policies
+from jfl.cli import (
+    add_output_args,
+    add_seed_args,
+    check_common_args,
+    common_settings,
+    parse_policies,
+)
 from jfl.wireless_sweep import add_scenario_args, check_scenario_args
 
 DEFAULT_OUT = "runs/cs_ucb_q_fairness"
@@ -50,12 +56,8 @@ def check_args(args) -> dict:
         "policies": parse_policies(args.policies),
         "grid": {"beta": parse_values(args.beta, "beta")},
         **check_scenario_args(args),
-        "seeds": args.seeds,
-        "base_seed": args.base_seed,
-        "rounds": args.rounds,
-        "chunk_size": args.chunk_size,
-        "memory_budget_mib": args.memory_budget,
-        "trajectories": True,
+        **common_settings(args),
+        "trajectories": True,  # K is small: per-round selections give Fig. 5
         "environment": "wireless",
         "benchmark": "lp",
     }
@@ -73,22 +75,15 @@ def main(argv=None) -> int:
     except ValueError as err:
         parser.error(str(err))
 
-    from jfl.wireless_sweep import run_from_cli, scenario_params, scenario_vectors
+    from jfl.wireless_sweep import run_from_cli, scenario_params
 
-    fairness, availability = scenario_vectors(
-        configs,
-        settings["clients"],
-        availability=settings["availability"],
-        fairness=settings["fairness"],
-    )
     return run_from_cli(
         parser,
         args,
         settings=settings,
         configs=configs,
         params=scenario_params(settings),
-        fairness=fairness,
-        availability=availability,
+        fairness=settings["fairness"],
         benchmark="lp",
         figures=write_figures,
         columns=[
