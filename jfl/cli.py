@@ -74,14 +74,19 @@ def common_settings(args) -> dict:
     }
 
 
-def parse_policies(text: str) -> list[str]:
-    """Comma-separated registered policy names."""
+def parse_policies(text: str, environment: str) -> list[str]:
+    """Comma-separated registered policy names that can run on ``environment``."""
+    from jfl.envs import ENVIRONMENTS
     from jfl.policies import REGISTRY
 
     policies = [p.strip() for p in text.split(",") if p.strip()]
     for name in policies:
         if name not in REGISTRY:
             raise ValueError(f"--policies: unknown policy {name!r}; choose from {sorted(REGISTRY)}")
+        try:
+            REGISTRY[name].check_environment(ENVIRONMENTS[environment])
+        except ValueError as err:
+            raise ValueError(f"--policies: {err}") from None
     return policies
 
 

@@ -61,7 +61,7 @@ def check_args(args) -> dict:
     if any(not s > 0 for s in samples):
         raise ValueError(f"--samples must be > 0, got {samples}")
     return {
-        "policies": parse_policies(args.policies),
+        "policies": parse_policies(args.policies, "wireless"),
         "grid": {"beta": parse_values(args.beta, "beta")},
         "rho": rho,
         "samples": samples,

@@ -65,7 +65,7 @@ def check_args(args) -> dict:
         if n != int(n) or not 1 <= n <= args.clients:
             raise ValueError(f"--N must be integers in [1, --clients={args.clients}], got {n}")
     return {
-        "policies": parse_policies(args.policies),
+        "policies": parse_policies(args.policies, "wireless"),
         "N": sorted({int(n) for n in sizes}),
         **common_settings(args),
         "clients": args.clients,

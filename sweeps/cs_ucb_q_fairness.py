@@ -53,7 +53,7 @@ def check_args(args) -> dict:
 
     check_common_args(args)
     return {
-        "policies": parse_policies(args.policies),
+        "policies": parse_policies(args.policies, "wireless"),
         "grid": {"beta": parse_values(args.beta, "beta")},
         **check_scenario_args(args),
         **common_settings(args),

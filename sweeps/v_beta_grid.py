@@ -76,7 +76,7 @@ def check_args(args) -> dict:
         raise ValueError(f"--p-available must be in [0, 1], got {args.p_available}")
     if not 0 <= args.fairness_target <= 1:
         raise ValueError(f"--fairness-target must be in [0, 1], got {args.fairness_target}")
-    policies = parse_policies(args.policies)
+    policies = parse_policies(args.policies, "rbcsf")
     swept = {name: parse_values(getattr(args, name), name) for name in SWEPT}
     if not args.lam > 0:
         raise ValueError(f"--lam must be > 0, got {args.lam}")

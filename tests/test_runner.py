@@ -179,3 +179,192 @@ def test_sharded_over_four_devices_matches_single_device(setup, tmp_path):
     sharded = dict(np.load(tmp_path / "sharded.npz"))
     for name, value in reference.items():
         np.testing.assert_array_equal(value, sharded[name], name)
+
+
+# --------------------------------------------------------------------------- last_unmet_round,
+# env_hparams and run_keys (wireless sweeps)
+
+
+def _last_unmet_reference(selected, rate):
+    """NumPy last_unmet_round from ``selected`` [C, S, T, N] and rates [C] or [C, N]."""
+    selected = np.asarray(selected)
+    num_rounds = selected.shape[2]
+    count = np.cumsum(selected, axis=2, dtype=np.int64)  # count_n(t), t = 1..T
+    # The decimal rates the test meant (float32 0.6 is 0.6000000238…): a client with exactly
+    # 0.6·t selections meets 0.6.
+    rate = np.round(np.asarray(rate, np.float64), 6)
+    target = rate.reshape(len(selected), 1, 1, -1)
+    t = np.arange(1, num_rounds + 1, dtype=np.float64)[None, None, :, None]
+    unmet = (count < target * t).any(axis=3)  # [C, S, T]
+    last = np.where(unmet, np.arange(1, num_rounds + 1), 0)
+    return last.max(axis=2)
+
+
+def test_last_unmet_round_matches_numpy_for_rbcsf(setup):
+    """rbcsf (scalar queue_rate β): last_unmet_round is the last t with count_n(t) < t·β."""
+    env, params, policy, _, hparams, keys = setup
+    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True))
+    out = batched(keys, hparams, hparams["beta"])
+    last = np.asarray(out.last_unmet_round)
+    np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, hparams["beta"]))
+    assert out.set_reward is None and out.num_failed is None  # rbcsf has no round_metrics
+    assert (last[1] == 0).all()  # β = 0 is met from the first round on
+    assert last.max() > 0 and last.min() < T  # not a trivial case
+
+
+def test_last_unmet_round_matches_numpy_for_cs_ucb_q_vector_rate():
+    """cs_ucb_q with a per-client queue_rate c [C, K]: last_unmet_round from the trajectories."""
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import preset_params
+
+    env, params, policy = WirelessEnv(), preset_params("fairness"), get("cs_ucb_q").build(3, 2)
+    batched = make_batched_run(make_run(env, params, policy, 150, trajectories=True))
+    fairness = np.array(
+        [[0.6, 0.5, 0.4], [0.6, 0.5, 0.4], [0.3, 0.3, 0.3], [0.0, 0.0, 0.0]], np.float32
+    )
+    hparams = {"beta": np.array([1e-5, 0.1, 0.05, 0.1], np.float32), "fairness": fairness}
+    out = batched(seed_keys(1, np.arange(3)), hparams, fairness)
+    last = np.asarray(out.last_unmet_round)
+    np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, fairness))
+    assert (last[3] == 0).all()
+    assert last.max() > 0
+    assert np.asarray(out.set_reward).shape == (4, 3, 150)
+    assert np.asarray(out.num_failed).dtype.kind == "i"
+
+
+def test_env_hparams_availability_is_traced_per_configuration():
+    """env_hparams=("availability",): α 0 selects nobody, α 1 selects N; batch-independent."""
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import make_params
+
+    env = WirelessEnv()
+    num_clients, m, rounds = 4, 2, 40
+    params = make_params(num_clients, availability=0.5, tau_max=0.5)
+    policy = get("random").build(num_clients, m)
+    batched = make_batched_run(make_run(env, params, policy, rounds, env_hparams=("availability",)))
+    alpha = np.array([0.0, 1.0, 0.5, 0.8, 1.0], np.float32)
+    hparams = {"availability": np.repeat(alpha[:, None], num_clients, 1)}
+    rate = np.full(5, 0.1, np.float32)
+    keys = seed_keys(2, np.arange(3))
+    together = batched(keys, hparams, rate)
+    num_selected = np.asarray(together.num_selected)
+    assert (num_selected[0] == 0).all()
+    assert (np.asarray(together.set_reward)[0] == 0).all()
+    assert (np.asarray(together.round_time)[0] == 0).all()
+    assert (num_selected[1] == m).all() and (num_selected[4] == m).all()
+    assert (num_selected[2] < m).any()  # α = 0.5: some rounds have fewer than m available
+    assert (num_selected[3] < m).any() and num_selected[3].mean() > num_selected[2].mean()
+    for i in range(5):
+        alone = batched(keys, {"availability": hparams["availability"][i : i + 1]}, rate[:1])
+        for name, value in alone._asdict().items():
+            if value is not None:
+                np.testing.assert_array_equal(
+                    np.asarray(getattr(together, name))[i], np.asarray(value)[0], name
+                )
+    # Without env_hparams the environment's own availability (0.5) is used: config 2's run.
+    fixed = make_batched_run(make_run(env, params, policy, rounds))
+    plain = fixed(keys, {"availability": hparams["availability"][2:3]}, rate[:1])
+    for name, value in plain._asdict().items():
+        if value is not None:
+            np.testing.assert_array_equal(
+                np.asarray(value)[0], np.asarray(getattr(together, name))[2]
+            )
+
+
+def test_cs_ucb_q_selects_min_n_available_in_a_batch_of_betas():
+    """cs_ucb_q vmapped over β selects exactly min(N, |A(t)|) and matches its alone run."""
+    # Regression: a fused score evaluated twice in topk_mask's pairwise ranking could rank a
+    # client behind itself, dropping it in ~1-3% of rounds of a 32-β batch (fixed in 0c10718).
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import preset_params
+
+    env = WirelessEnv()
+    params = preset_params("fairness")
+    num_clients, m, rounds = 3, 2, 300
+    keys = seed_keys(2, np.arange(8))
+    # random selects min(m, |A(t)|) and sees the same availability draws (common random numbers).
+    random_run = make_batched_run(
+        make_run(env, params, get("random").build(num_clients, m), rounds)
+    )
+    want = np.asarray(random_run(keys, {}, np.zeros(1, np.float32)).num_selected)[0]
+    batched = make_batched_run(make_run(env, params, get("cs_ucb_q").build(num_clients, m), rounds))
+    count = 32
+    hparams = {
+        "beta": np.linspace(0.0, 1.0, count).astype(np.float32),
+        "fairness": np.full((count, num_clients), 0.1, np.float32),
+    }
+    together = batched(keys, hparams, hparams["fairness"])
+    short = int((np.asarray(together.num_selected) < want[None]).sum())
+    different = []
+    for i in range(0, count, 3):
+        one = {k: v[i : i + 1] for k, v in hparams.items()}
+        alone = batched(keys, one, one["fairness"])
+        if not np.array_equal(
+            np.asarray(alone.num_selected)[0], np.asarray(together.num_selected)[i]
+        ):
+            different.append(i)
+    assert short == 0 and not different, (
+        f"{short} short rounds; configs {different} batch-dependent"
+    )
+
+
+def test_make_run_rejects_unknown_env_hparams():
+    """An env_hparams name that is not a field of the environment parameters is a ValueError."""
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import make_params
+
+    env = WirelessEnv()
+    policy = get("random").build(4, 2)
+    with pytest.raises(ValueError, match="bogus"):
+        make_run(env, make_params(4), policy, 10, env_hparams=("availability", "bogus"))
+
+
+def test_run_keys_reset_key_gives_the_run_layout():
+    """seed_layouts (run_keys' reset key) gives the distances the run's environment uses."""
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import make_params
+    from jfl.runner import run_keys
+    from jfl.wireless_sweep import seed_layouts
+
+    env = WirelessEnv()
+    num_clients, m, rounds = 5, 2, 40
+    params = make_params(num_clients, tau_max=0.5)
+    keys = seed_keys(11, np.arange(3))
+    layouts = seed_layouts(env, params, keys)
+    assert layouts.shape == (3, num_clients)
+    assert len(np.unique(layouts, axis=0)) == 3  # a fresh layout per seed
+    for s in range(3):
+        _, state = jax.jit(env.reset)(run_keys(keys[s])[0], params)
+        np.testing.assert_array_equal(np.asarray(state.distance), layouts[s])
+
+    # The run with these distances given explicitly is the same run. Parameters are passed as
+    # a traced argument: closed-over explicit distances are constants that XLA may fold into
+    # the path loss with a last-bit difference.
+    policy = get("random").build(num_clients, m)
+    run = jax.jit(lambda key, p: make_run(env, p, policy, rounds)(key, {}, 0.0))
+    for s in range(3):
+        drawn = run(keys[s], params)
+        explicit = run(keys[s], make_params(num_clients, tau_max=0.5, distance=layouts[s]))
+        for name, value in drawn._asdict().items():
+            if value is not None:
+                np.testing.assert_array_equal(value, getattr(explicit, name), name)
+
+
+def test_last_unmet_round_counts_an_exactly_met_rate_as_met():
+    """A client selected in exactly 3 of every 5 rounds meets c = 0.6 at every t: round 0."""
+    import jax.numpy as jnp
+
+    from jfl.envs import WirelessEnv
+    from jfl.envs.wireless import make_params
+    from jfl.policies import Policy
+
+    three_of_five = Policy(
+        init=lambda key, hparams: jnp.asarray(0, jnp.int32),
+        select=lambda key, t, obs, hparams: jnp.full(1, t % 5 < 3),
+        update=lambda t, obs, action, feedback, hparams: t + 1,
+    )
+    env = WirelessEnv()
+    run = jax.jit(make_run(env, make_params(1, availability=1.0), three_of_five, 50))
+    out = run(seed_keys(0, [0])[0], {}, 0.6)
+    assert int(out.selection_count[0]) == 30  # 30 / 50 = 0.6: target_met in run_metrics
+    assert int(out.last_unmet_round) == 0

@@ -265,7 +265,7 @@ class WirelessEnv:
         uniforms = jax.random.uniform(key, (4, params.num_clients), params.phi_low.dtype)
         time, failed = _times_given_snr(uniforms[:3], state.snr, params)
         action = jnp.asarray(action, bool)
-        reward = 1.0 - time / params.tau_max
+        reward = (params.tau_max - time) / params.tau_max  # exactly 0 for a failed client
         any_selected = jnp.any(action)
         feedback = Feedback(
             time=jnp.where(action, time, 0.0),
