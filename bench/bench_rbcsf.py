@@ -56,15 +56,29 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, jax {jax.__version__}, devices {jax.devices()}"
 
 
-def numpy_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
-    """Best of ``repeats`` timings of ``num_seeds`` seeds (the fairest figure for NumPy)."""
+def best_time(fn, repeats: int) -> float:
+    """Best of ``repeats`` wall-clock timings of ``fn()`` (the fairest figure for either side)."""
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def timed_first_and_best(fn, repeats: int) -> tuple[float, float]:
+    """(compile + first call seconds, best of ``repeats`` later calls)."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - start, best_time(fn, repeats)
+
+
+def numpy_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
+    def loop():
         for seed in range(num_seeds):
             rbcsf_numpy_loop(seed, rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
-        best = min(best, time.perf_counter() - start)
-    return num_seeds * rounds / best
+
+    return num_seeds * rounds / best_time(loop, repeats)
 
 
 def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
@@ -77,27 +91,18 @@ def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats:
     hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
     hparams["V"] = jnp.linspace(0.0, 50.0, configs, dtype=jnp.float32)
     keys = seed_keys(0, np.arange(seeds))
-    start = time.perf_counter()
-    jax.block_until_ready(run(keys, hparams, hparams["beta"]))
-    first = time.perf_counter() - start
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(run(keys, hparams, hparams["beta"]))
-        best = min(best, time.perf_counter() - start)
+    first, best = timed_first_and_best(lambda: run(keys, hparams, hparams["beta"]), repeats)
     return configs * seeds * rounds / best, first
 
 
 def numpy_wireless_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
+    def loop():
         for seed in range(num_seeds):
             wireless_numpy_loop(
                 seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, 5.0
             )
-        best = min(best, time.perf_counter() - start)
-    return num_seeds * rounds / best
+
+    return num_seeds * rounds / best_time(loop, repeats)
 
 
 def jfl_wireless_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
@@ -113,14 +118,7 @@ def jfl_wireless_throughput(batch: int, rounds: int, seeds_per_config: int = 64,
         "fairness": jnp.full((configs, K_WIRELESS), FAIRNESS_WIRELESS, jnp.float32),
     }
     keys = seed_keys(0, np.arange(seeds))
-    start = time.perf_counter()
-    jax.block_until_ready(run(keys, hparams, hparams["fairness"]))
-    first = time.perf_counter() - start
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(run(keys, hparams, hparams["fairness"]))
-        best = min(best, time.perf_counter() - start)
+    first, best = timed_first_and_best(lambda: run(keys, hparams, hparams["fairness"]), repeats)
     return configs * seeds * rounds / best, first
 
 
