@@ -34,6 +34,16 @@ REGRET_METRICS = (
     "average_gap",
     "failed_clients",
 )
+# Utility metrics of COCS (SPEC §4), for environments that report the per-round utility (hfl):
+# eq. 8 (strongly convex) and its square root, eq. 19 (non-convex), and regret against the Oracle
+# when an ``oracle_utility`` variable [config, seed, round] is present.
+UTILITY_METRICS = (
+    "cumulative_utility",
+    "cumulative_utility_sqrt",
+    "success_per_round",
+    "regret_vs_oracle",
+    "regret_vs_oracle_sqrt",
+)
 # Convergence to the guaranteed rates (β, or c per client in a ``rate_target`` variable).
 TARGET_METRICS = ("target_met", "rounds_to_target")
 
@@ -127,7 +137,16 @@ def run_metrics(ds: xr.Dataset) -> xr.Dataset:
             metrics["regret"] = regret
             metrics["cumulative_gap"] = float(ds.attrs["tau_max"]) * regret
             metrics["average_gap"] = metrics["cumulative_gap"] / rounds
-    order = [*HEADLINE_METRICS, *TARGET_METRICS, *REGRET_METRICS]
+    if "utility" in ds:
+        utility = ds["utility"].astype(np.float64)
+        metrics["cumulative_utility"] = utility.sum("round")
+        metrics["cumulative_utility_sqrt"] = np.sqrt(utility).sum("round")
+        metrics["success_per_round"] = ds["num_success"].mean("round")
+        if "oracle_utility" in ds:
+            oracle = ds["oracle_utility"].astype(np.float64)
+            metrics["regret_vs_oracle"] = (oracle - utility).sum("round")
+            metrics["regret_vs_oracle_sqrt"] = (np.sqrt(oracle) - np.sqrt(utility)).sum("round")
+    order = [*HEADLINE_METRICS, *TARGET_METRICS, *REGRET_METRICS, *UTILITY_METRICS]
     return xr.Dataset({k: metrics[k] for k in order if k in metrics})
 
 

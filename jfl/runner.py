@@ -33,11 +33,22 @@ class RunOutput(NamedTuple):
     last_unmet_round: jax.Array  # i[]  last round with count_n(t) < t·rate_n for some n (0: none)
     set_reward: jax.Array | None = None  # f[T]  r(S(t)), environments that report it (wireless)
     num_failed: jax.Array | None = None  # i[T]  selected clients that hit τ_max (wireless)
+    utility: jax.Array | None = None  # f[T]  (1/M)·Σ successful clients (hfl, COCS eq. 8)
+    num_success: jax.Array | None = None  # i[T]  selected clients received before the deadline
     selected: jax.Array | None = None  # bool[T, N]  only with trajectories=True
     queue: jax.Array | None = None  # f[T, N]  only with trajectories=True
 
 
-PER_ROUND = ("round_time", "num_selected", "queue_mean", "queue_max", "set_reward", "num_failed")
+PER_ROUND = (
+    "round_time",
+    "num_selected",
+    "queue_mean",
+    "queue_max",
+    "set_reward",
+    "num_failed",
+    "utility",
+    "num_success",
+)
 PER_CLIENT = ("selection_count", "final_queue")
 PER_RUN = ("last_unmet_round",)
 TRAJECTORY = ("selected", "queue")
@@ -97,8 +108,10 @@ def make_run(
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
             policy_state = policy.update(policy_state, obs, action, feedback, hparams)
-            queue = virtual_queue_update(queue, queue_rate, action)
-            count = count + action
+            # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
+            selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
+            queue = virtual_queue_update(queue, queue_rate, selected)
+            count = count + selected
             # Integer count against rate·t, elementwise (batch-shape independent, unlike a running
             # mean). The relative slack absorbs float32 rounding of the rate: float32(0.6)·50
             # exceeds 30, which would count 30 selections in 50 rounds as unmet.
@@ -106,14 +119,14 @@ def make_run(
             last_unmet = jnp.where(unmet, t, last_unmet)
             per_round = {
                 "round_time": feedback.round_time,
-                "num_selected": jnp.sum(action, dtype=jnp.int32),
+                "num_selected": jnp.sum(selected, dtype=jnp.int32),
                 "queue_mean": pairwise_mean(queue),
                 "queue_max": jnp.max(queue),
             }
             if round_metrics is not None:
                 per_round.update(round_metrics(feedback))
             if trajectories:
-                per_round["selected"] = action
+                per_round["selected"] = selected
                 per_round["queue"] = queue
             return (next_obs, env_state, policy_state, queue, count, last_unmet), per_round
 

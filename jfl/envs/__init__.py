@@ -1,10 +1,11 @@
 """Pure client simulators with explicit ``params``/``state`` pytrees (gymnax style)."""
 
-from jfl.envs import rbcsf, wireless
+from jfl.envs import hfl, rbcsf, wireless
+from jfl.envs.hfl import HflEnv, HflParams, HflState
 from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfParams, RbcsfState
 from jfl.envs.wireless import WirelessEnv, WirelessParams, WirelessState
 
-ENVIRONMENTS = {"rbcsf": RbcsfEnv, "wireless": WirelessEnv}
+ENVIRONMENTS = {"rbcsf": RbcsfEnv, "wireless": WirelessEnv, "hfl": HflEnv}
 
 
 def make(name: str):
@@ -17,6 +18,9 @@ def make(name: str):
 __all__ = [
     "ENVIRONMENTS",
     "Feedback",
+    "HflEnv",
+    "HflParams",
+    "HflState",
     "Observation",
     "RbcsfEnv",
     "RbcsfParams",
@@ -24,6 +28,7 @@ __all__ = [
     "WirelessEnv",
     "WirelessParams",
     "WirelessState",
+    "hfl",
     "make",
     "rbcsf",
     "wireless",

@@ -1,5 +1,6 @@
 """Pure single-instance kernels; callers ``vmap`` them."""
 
+from jfl.kernels.assignment import AssignmentResult, assignment_value, budgeted_assignment
 from jfl.kernels.queues import virtual_queue_update
 from jfl.kernels.ridge import (
     RidgeEstimate,
@@ -15,10 +16,13 @@ from jfl.kernels.ucb import ArmStats, arm_stats_init, arm_stats_update, ucb_bonu
 
 __all__ = [
     "ArmStats",
+    "AssignmentResult",
     "RidgeEstimate",
     "RidgeState",
     "arm_stats_init",
     "arm_stats_update",
+    "assignment_value",
+    "budgeted_assignment",
     "divide_and_conquer",
     "lower_confidence_bound",
     "p4_objective",

@@ -1,6 +1,6 @@
 """Client-selection policies as (init, select, update) triples, and their registry."""
 
-from jfl.policies import baselines, cs_ucb, rbcsf
+from jfl.policies import baselines, cocs, cs_ucb, rbcsf
 from jfl.policies.base import REGISTRY, HParam, Policy, PolicySpec, get, register
 from jfl.policies.baselines import dirichlet_random, fedcs, random_policy
 from jfl.policies.cs_ucb import cs_ucb_q, modified_cs_ucb, round_robin
@@ -12,6 +12,7 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "baselines",
+    "cocs",
     "cs_ucb",
     "cs_ucb_q",
     "dirichlet_random",
