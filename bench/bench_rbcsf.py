@@ -14,7 +14,11 @@ Prints, for the same machine and the same run:
   3. the same grid run in chunks of several sizes (and sharded when several devices are visible);
   4. CS-UCB-Q on the wireless environment (K = 20, N = 5) against its NumPy loop
      (``jfl.reference.wireless_numpy_loop``), the same way as 1;
-  5. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  5. COCS on the hfl environment (N = 50, M = 3) against its NumPy loop
+     (``jfl.reference.numpy_cocs.cocs_numpy_loop``), the same way as 1;
+  6. the budgeted assignment solver: time per round (one jitted instance) for N = 50 and 10^4
+     clients, and its optimality ratio against the exact MILP on random paper-like instances;
+  7. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
 No number here is asserted anywhere; README records a table from this script.
 """
 
@@ -42,7 +46,8 @@ from jfl.runner import make_batched_run, make_run, seed_keys
 
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
-SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q")
+SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment")
+N_HFL, M_HFL = 50, 3
 
 
 def machine() -> str:
@@ -120,6 +125,56 @@ def jfl_wireless_throughput(batch: int, rounds: int, seeds_per_config: int = 64,
     keys = seed_keys(0, np.arange(seeds))
     first, best = timed_first_and_best(lambda: run(keys, hparams, hparams["fairness"]), repeats)
     return configs * seeds * rounds / best, first
+
+
+def numpy_cocs_throughput(num_seeds: int, rounds: int, repeats: int = 2) -> float:
+    from jfl.reference.numpy_cocs import cocs_numpy_loop
+
+    def loop():
+        for seed in range(num_seeds):
+            cocs_numpy_loop(seed, rounds, N_HFL, M_HFL)
+
+    return num_seeds * rounds / best_time(loop, repeats)
+
+
+def jfl_cocs_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
+    """(config-rounds/s, compile+first-run seconds) of COCS, ``batch`` = configs × seeds."""
+    from jfl.envs import HflEnv
+    from jfl.envs.hfl import preset_params as hfl_params
+
+    spec = get("cocs")
+    seeds = min(seeds_per_config, batch)
+    configs = batch // seeds
+    run = make_batched_run(
+        make_run(HflEnv(), hfl_params("mnist"), spec.build(N_HFL, M_HFL), rounds)
+    )
+    hparams = {
+        "h_T": jnp.full(configs, 5.0, jnp.float32),
+        "z": jnp.linspace(0.1, 1.0, configs, dtype=jnp.float32),
+    }
+    keys = seed_keys(0, np.arange(seeds))
+    queue_rate = jnp.zeros(configs, jnp.float32)
+    first, best = timed_first_and_best(lambda: run(keys, hparams, queue_rate), repeats)
+    return configs * seeds * rounds / best, first
+
+
+def assignment_times(sizes, repeats: int = 5):
+    """Seconds of one jitted ``budgeted_assignment`` (M = 3, paper-like weights and costs)."""
+    from jfl.kernels import budgeted_assignment
+
+    rng = np.random.default_rng(0)
+    solve = jax.jit(budgeted_assignment)
+    rows = []
+    for n in sizes:
+        args = (
+            jnp.asarray(rng.uniform(0, 1, (n, M_HFL)), jnp.float32),
+            jnp.asarray(rng.uniform(0.5, 2, n) * rng.uniform(2, 4, n), jnp.float32),
+            jnp.ones((n, M_HFL), bool),
+            jnp.full(M_HFL, 3.5 * n / N_HFL, jnp.float32),  # budget grows with the pool
+        )
+        jax.block_until_ready(solve(*args))
+        rows.append((n, best_time(lambda args=args: solve(*args), repeats)))
+    return rows
 
 
 def chunked_throughput(num_configs: int, chunk_configs: int, rounds: int, seeds: int = 64):
@@ -255,10 +310,40 @@ def main(argv=None) -> int:
             ratio = rate / wireless_numpy
             print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
 
+    if "cocs" in sections:
+        cocs_rounds = 100 if args.quick else 300
+        cocs_batches = (64, 256) if args.quick else (64, 1024)
+        cocs_numpy = numpy_cocs_throughput(max(1, args.numpy_seeds // 2), cocs_rounds)
+        print(
+            f"\n5. COCS on the hfl environment, N={N_HFL}, M={M_HFL}, T={cocs_rounds} "
+            "(config-rounds per second)"
+        )
+        print(header)
+        print(f"{'NumPy per-seed loop':<28}{1:>8}{cocs_numpy:>18,.0f}{1:>10.1f}{'-':>11}")
+        for batch in cocs_batches:
+            rate, first = jfl_cocs_throughput(batch, cocs_rounds)
+            ratio = rate / cocs_numpy
+            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+
+    if "assignment" in sections:
+        from jfl.reference.milp_assignment import optimality_ratios
+
+        print(f"\n6. budgeted_assignment (greedy + fix), M={M_HFL}, one jitted instance")
+        for n, seconds in assignment_times((N_HFL, 10_000)):
+            print(f"N={n:>6,}: {seconds * 1e3:8.3f} ms per round")
+        instances = 100 if args.quick else 500
+        for n in (8, N_HFL):
+            ratios = optimality_ratios(instances, n, M_HFL, seed=0)
+            print(
+                f"optimality ratio vs MILP, N={n}, {instances} instances: mean "
+                f"{ratios.mean():.3f}, worst {ratios.min():.3f}, optimal in "
+                f"{np.mean(ratios >= 1 - 1e-6):.0%}"
+            )
+
     if args.memory:
         configs, chunk = 100_000, 4_096
         result = memory_run(configs, T, chunk)
-        print(f"\n5. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
+        print(f"\n7. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
         print(
             f"wall {result['wall_s']:.0f} s, peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB, "
             f"results {result['results_bytes'] / 2**30:.2f} GiB"
