@@ -18,6 +18,7 @@ Writes to --out: summary.csv, results.nc (xarray/netCDF), metadata.json and figu
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from jfl.cli import (
@@ -64,7 +65,6 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args) -> dict:
     """Validate every flag before anything is compiled; returns the resolved settings."""
     from jfl.envs.hfl import PRESETS
-
     from jfl.sweep import parse_values
 
     check_common_args(args)
@@ -77,10 +77,10 @@ def check_args(args) -> dict:
     budget = parse_values(args.budget or str(preset["budget"]), "budget")
     deadline = parse_values(args.deadline or str(preset["deadline"]), "deadline")
     for name, values in (("budget", budget), ("deadline", deadline)):
-        if any(not v > 0 for v in values):
-            raise ValueError(f"--{name} must be > 0, got {values}")
+        if any(not 0 < v < math.inf for v in values):
+            raise ValueError(f"--{name} must be finite and > 0, got {values}")
     h_t = parse_values(args.h_T, "h-T")
-    if any(v != int(v) or not 1 <= v <= 10 for v in h_t):
+    if any(not (1 <= v <= 10 and v == math.floor(v)) for v in h_t):
         raise ValueError(f"--h-T must be integers in [1, 10], got {h_t}")
     return {
         "policies": parse_policies(args.policies, "hfl"),
@@ -113,9 +113,9 @@ def main(argv=None) -> int:
     import time
 
     import numpy as np
-    from jfl.envs.hfl import HflEnv, preset_params
 
     from jfl import results, sweep
+    from jfl.envs.hfl import HflEnv, preset_params
 
     env = HflEnv()
     params = preset_params(
