@@ -154,7 +154,10 @@ def cocs(num_clients: int, m: int, context_dim: int = 2, max_cubes_per_dim: int 
         )
 
     def _cube(obs, hparams):
-        return hypercube_index(obs.context, hparams["h_T"])
+        # A traced h_T cannot raise: it is floored and clipped to [1, max_cubes_per_dim] so the
+        # index always addresses the counters (the registry and the sweep refuse other values).
+        h = jnp.clip(jnp.floor(hparams["h_T"]), 1, max_cubes_per_dim)
+        return hypercube_index(obs.context, h)
 
     def select(key, state: CocsState, obs, hparams):
         del key
