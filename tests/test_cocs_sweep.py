@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -17,27 +15,16 @@ from jfl.envs.hfl import HflEnv, preset_params
 from jfl.policies import Policy
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
+from tests.cli_helpers import load_script, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "sweeps" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cli = _load_script("cocs_hfl")
+cli = load_script("cocs_hfl")
 
 TINY = ["--clients", "8", "--servers", "2", "--seeds", "3", "--rounds", "30", "--quiet"]
 M = 2  # --servers in TINY
 
 
 def _run_cli(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli.main(argv)
-    return exc.value.code, capsys.readouterr().err
+    return run_cli(cli, argv, capsys)
 
 
 def _config(ds, **labels):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,18 +11,9 @@ import xarray as xr
 
 from jfl.results import load_dataset
 from jfl.sweep import config_table, parse_values, policy_hparams, prepare_out_dir
+from tests.cli_helpers import load_script, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("v_beta_grid", ROOT / "sweeps" / "v_beta_grid.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cli = _load_script()
+cli = load_script("v_beta_grid")
 
 
 def test_parse_values_lists_and_ranges():
@@ -76,9 +65,7 @@ def test_unknown_policy_is_rejected():
 
 
 def _run_cli(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli.main(argv)
-    return exc.value.code, capsys.readouterr().err
+    return run_cli(cli, argv, capsys)
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,30 +23,18 @@ from jfl.wireless_sweep import (
     seed_benchmarks,
     seed_layouts,
 )
+from tests.cli_helpers import load_script, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "sweeps" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ideal = _load_script("cs_ucb_ideal")
-fairness = _load_script("cs_ucb_q_fairness")
-grid = _load_script("beta_rho_grid")
+ideal = load_script("cs_ucb_ideal")
+fairness = load_script("cs_ucb_q_fairness")
+grid = load_script("beta_rho_grid")
 SCRIPTS = {"ideal": ideal, "fairness": fairness, "grid": grid}
 
 C_DEFAULT = np.array([0.6, 0.5, 0.4])
 SAMPLES = np.array([1500.0, 1000.0, 500.0])
 
 
-def _run_cli(script, argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        script.main(argv)
-    return exc.value.code, capsys.readouterr().err
+_run_cli = run_cli
 
 
 # --------------------------------------------------------------------------- scenario vectors
