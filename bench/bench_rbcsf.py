@@ -78,84 +78,93 @@ def timed_first_and_best(fn, repeats: int) -> tuple[float, float]:
     return time.perf_counter() - start, best_time(fn, repeats)
 
 
-def numpy_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
+def numpy_loop_rate(one_seed, num_seeds: int, rounds: int, repeats: int) -> float:
+    """config-rounds/s of a plain per-seed loop ``one_seed(seed, rounds)``, best of ``repeats``."""
+
     def loop():
         for seed in range(num_seeds):
-            rbcsf_numpy_loop(seed, rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
+            one_seed(seed, rounds)
 
     return num_seeds * rounds / best_time(loop, repeats)
 
 
-def jfl_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
-    """(config-rounds/s, compile+first-run seconds) for ``batch`` = configs × seeds."""
-    env = RbcsfEnv()
-    spec = get("rbcsf")
+def jfl_rate(env, params, policy, rounds, batch, hparams_for, seeds_per_config=64, repeats=2):
+    """(config-rounds/s, compile+first-run seconds) of ``batch`` = configs × seeds runs.
+
+    ``hparams_for(configs)`` gives the per-configuration hyperparameters and the queue rate.
+    """
     seeds = min(seeds_per_config, batch)
     configs = batch // seeds
-    run = make_batched_run(make_run(env, env.default_params(), spec.build(N, M), rounds))
-    hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
-    hparams["V"] = jnp.linspace(0.0, 50.0, configs, dtype=jnp.float32)
+    run = make_batched_run(make_run(env, params, policy, rounds))
+    hparams, queue_rate = hparams_for(configs)
     keys = seed_keys(0, np.arange(seeds))
-    first, best = timed_first_and_best(lambda: run(keys, hparams, hparams["beta"]), repeats)
+    first, best = timed_first_and_best(lambda: run(keys, hparams, queue_rate), repeats)
     return configs * seeds * rounds / best, first
+
+
+def numpy_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
+    def one_seed(seed, rounds):
+        rbcsf_numpy_loop(seed, rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
+
+    return numpy_loop_rate(one_seed, num_seeds, rounds, repeats)
+
+
+def jfl_throughput(batch: int, rounds: int):
+    """RBCS-F over a V sweep (config-rounds/s, compile seconds)."""
+    spec = get("rbcsf")
+
+    def hparams_for(configs):
+        hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
+        hparams["V"] = jnp.linspace(0.0, 50.0, configs, dtype=jnp.float32)
+        return hparams, hparams["beta"]
+
+    env = RbcsfEnv()
+    return jfl_rate(env, env.default_params(), spec.build(N, M), rounds, batch, hparams_for)
 
 
 def numpy_wireless_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
-    def loop():
-        for seed in range(num_seeds):
-            wireless_numpy_loop(
-                seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, 5.0
-            )
+    def one_seed(seed, rounds):
+        wireless_numpy_loop(seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, 5.0)
 
-    return num_seeds * rounds / best_time(loop, repeats)
+    return numpy_loop_rate(one_seed, num_seeds, rounds, repeats)
 
 
-def jfl_wireless_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
-    """(config-rounds/s, compile+first-run seconds) of CS-UCB-Q, ``batch`` = configs × seeds."""
-    env = WirelessEnv()
-    spec = get("cs_ucb_q")
-    seeds = min(seeds_per_config, batch)
-    configs = batch // seeds
+def jfl_wireless_throughput(batch: int, rounds: int):
+    """CS-UCB-Q over a β sweep (config-rounds/s, compile seconds)."""
+
+    def hparams_for(configs):
+        fairness = jnp.full((configs, K_WIRELESS), FAIRNESS_WIRELESS, jnp.float32)
+        beta = jnp.geomspace(1e-5, 1.0, configs, dtype=jnp.float32)
+        return {"beta": beta, "fairness": fairness}, fairness
+
     params = preset_params("ideal", num_clients=K_WIRELESS)
-    run = make_batched_run(make_run(env, params, spec.build(K_WIRELESS, N_WIRELESS), rounds))
-    hparams = {
-        "beta": jnp.geomspace(1e-5, 1.0, configs, dtype=jnp.float32),
-        "fairness": jnp.full((configs, K_WIRELESS), FAIRNESS_WIRELESS, jnp.float32),
-    }
-    keys = seed_keys(0, np.arange(seeds))
-    first, best = timed_first_and_best(lambda: run(keys, hparams, hparams["fairness"]), repeats)
-    return configs * seeds * rounds / best, first
+    policy = get("cs_ucb_q").build(K_WIRELESS, N_WIRELESS)
+    return jfl_rate(WirelessEnv(), params, policy, rounds, batch, hparams_for)
 
 
 def numpy_cocs_throughput(num_seeds: int, rounds: int, repeats: int = 2) -> float:
     from jfl.reference.numpy_cocs import cocs_numpy_loop
 
-    def loop():
-        for seed in range(num_seeds):
-            cocs_numpy_loop(seed, rounds, N_HFL, M_HFL)
+    def one_seed(seed, rounds):
+        cocs_numpy_loop(seed, rounds, N_HFL, M_HFL)
 
-    return num_seeds * rounds / best_time(loop, repeats)
+    return numpy_loop_rate(one_seed, num_seeds, rounds, repeats)
 
 
-def jfl_cocs_throughput(batch: int, rounds: int, seeds_per_config: int = 64, repeats: int = 2):
-    """(config-rounds/s, compile+first-run seconds) of COCS, ``batch`` = configs × seeds."""
+def jfl_cocs_throughput(batch: int, rounds: int):
+    """COCS over a z sweep (config-rounds/s, compile seconds)."""
     from jfl.envs import HflEnv
     from jfl.envs.hfl import preset_params as hfl_params
 
-    spec = get("cocs")
-    seeds = min(seeds_per_config, batch)
-    configs = batch // seeds
-    run = make_batched_run(
-        make_run(HflEnv(), hfl_params("mnist"), spec.build(N_HFL, M_HFL), rounds)
-    )
-    hparams = {
-        "h_T": jnp.full(configs, 5.0, jnp.float32),
-        "z": jnp.linspace(0.1, 1.0, configs, dtype=jnp.float32),
-    }
-    keys = seed_keys(0, np.arange(seeds))
-    queue_rate = jnp.zeros(configs, jnp.float32)
-    first, best = timed_first_and_best(lambda: run(keys, hparams, queue_rate), repeats)
-    return configs * seeds * rounds / best, first
+    def hparams_for(configs):
+        hparams = {
+            "h_T": jnp.full(configs, 5.0, jnp.float32),
+            "z": jnp.linspace(0.1, 1.0, configs, dtype=jnp.float32),
+        }
+        return hparams, jnp.zeros(configs, jnp.float32)
+
+    policy = get("cocs").build(N_HFL, M_HFL)
+    return jfl_rate(HflEnv(), hfl_params("mnist"), policy, rounds, batch, hparams_for)
 
 
 def assignment_times(sizes, repeats: int = 5):
