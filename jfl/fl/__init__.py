@@ -1,0 +1,1 @@
+"""Federated training driven by the selection policies: data, partitions, Flax models, FedAvg."""
