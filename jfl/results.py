@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from jfl.runner import PER_CLIENT, PER_ROUND, PER_RUN, TRAJECTORY
+from jfl.runner import PER_CLIENT, PER_EVALUATION, PER_ROUND, PER_RUN, TRAJECTORY
 from jfl.stats import interval, jain_index
 
 HEADLINE_METRICS = (
@@ -46,6 +46,15 @@ UTILITY_METRICS = (
 )
 # Convergence to the guaranteed rates (β, or c per client in a ``rate_target`` variable).
 TARGET_METRICS = ("target_met", "rounds_to_target")
+# Federated training (SPEC §4): final test accuracy, and rounds and simulated wall-clock time to
+# the ``target_accuracy`` attribute (NaN for seeds that never reach it, so the mean and interval
+# are over the seeds that do; ``reached_accuracy`` is the fraction that do).
+ACCURACY_METRICS = (
+    "final_accuracy",
+    "rounds_to_accuracy",
+    "time_to_accuracy",
+    "reached_accuracy",
+)
 
 
 def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) -> xr.Dataset:
@@ -62,6 +71,8 @@ def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) 
             dims = ("config", "seed")
         elif name in TRAJECTORY:
             dims = ("config", "seed", "round", "client")
+        elif name in PER_EVALUATION:
+            dims = ("config", "seed", "eval")
         else:
             raise ValueError(f"unknown output {name!r}")
         data_vars[name] = (dims, value)
@@ -69,6 +80,11 @@ def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) 
     coords = {"config": np.arange(len(configs)), "seed": seeds}
     if "round_time" in outputs:
         coords["round"] = np.arange(1, first.shape[2] + 1)
+    if "accuracy" in outputs and "round_time" in outputs:
+        # Evaluations at rounds 0, k, 2k, …, T.
+        num_rounds = np.asarray(outputs["round_time"]).shape[2]
+        num_evals = np.asarray(outputs["accuracy"]).shape[2]
+        coords["eval"] = np.arange(num_evals) * (num_rounds // max(num_evals - 1, 1))
     if "selection_count" in outputs:
         coords["client"] = np.arange(np.asarray(outputs["selection_count"]).shape[2])
     for column in configs.columns:
@@ -146,8 +162,36 @@ def run_metrics(ds: xr.Dataset) -> xr.Dataset:
             oracle = ds["oracle_utility"].astype(np.float64)
             metrics["regret_vs_oracle"] = (oracle - utility).sum("round")
             metrics["regret_vs_oracle_sqrt"] = (np.sqrt(oracle) - np.sqrt(utility)).sum("round")
-    order = [*HEADLINE_METRICS, *TARGET_METRICS, *REGRET_METRICS, *UTILITY_METRICS]
+    if "accuracy" in ds:
+        metrics.update(accuracy_metrics(ds))
+    order = [
+        *ACCURACY_METRICS,
+        *HEADLINE_METRICS,
+        *TARGET_METRICS,
+        *REGRET_METRICS,
+        *UTILITY_METRICS,
+    ]
     return xr.Dataset({k: metrics[k] for k in order if k in metrics})
+
+
+def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
+    """Final accuracy; first evaluated round and wall-clock time with accuracy ≥ the target."""
+    accuracy = ds["accuracy"]
+    metrics = {"final_accuracy": accuracy.isel(eval=-1)}
+    if "target_accuracy" not in ds.attrs:
+        return metrics
+    reached = accuracy >= float(ds.attrs["target_accuracy"])
+    ever = reached.any("eval")
+    first = reached.argmax("eval")  # index of the first evaluation at or above the target
+    rounds = ds["eval"].isel(eval=first)
+    # The clock after round r is wall_clock[r - 1]; round 0 (the initial model) is time 0.
+    clock = ds["wall_clock"].isel(round=(rounds - 1).clip(min=0))
+    time = xr.where(rounds > 0, clock, 0.0)
+    drop = ["eval", "round"]
+    metrics["rounds_to_accuracy"] = xr.where(ever, rounds, np.nan).drop_vars(drop, errors="ignore")
+    metrics["time_to_accuracy"] = xr.where(ever, time, np.nan).drop_vars(drop, errors="ignore")
+    metrics["reached_accuracy"] = ever.astype(float)
+    return metrics
 
 
 def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.DataFrame:

@@ -9,18 +9,29 @@ from scipy import stats as sps
 def mean_ci(samples, axis: int = 0, level: float = 0.95):
     """Mean and the two-sided Student-t interval of the mean along ``axis``.
 
-    With a single sample the interval is undefined and returned as NaN.
+    NaN samples (e.g. the rounds to a target accuracy of a seed that never reaches it) are left
+    out, so each cell's interval uses its own number of samples; with fewer than two the
+    interval is undefined and returned as NaN (and the mean too when there are none).
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     x = np.asarray(samples, float)
-    n = x.shape[axis]
-    mean = x.mean(axis=axis)
-    if n < 2:
-        nan = np.full_like(mean, np.nan)
-        return mean, nan, nan
-    sem = x.std(axis=axis, ddof=1) / np.sqrt(n)
-    half = sps.t.ppf(0.5 + level / 2, df=n - 1) * sem
+    present = ~np.isnan(x)
+    if present.all():
+        n = x.shape[axis]
+        mean = x.mean(axis=axis)
+        if n < 2:
+            nan = np.full_like(mean, np.nan)
+            return mean, nan, nan
+        sem = x.std(axis=axis, ddof=1) / np.sqrt(n)
+        half = sps.t.ppf(0.5 + level / 2, df=n - 1) * sem
+        return mean, mean - half, mean + half
+    n = present.sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, np.nansum(x, axis=axis) / np.maximum(n, 1), np.nan)
+        deviation = np.where(present, x - np.expand_dims(mean, axis), 0.0)
+        sem = np.sqrt((deviation**2).sum(axis=axis) / np.maximum(n - 1, 1) / np.maximum(n, 1))
+        half = np.where(n >= 2, sps.t.ppf(0.5 + level / 2, df=np.maximum(n - 1, 1)) * sem, np.nan)
     return mean, mean - half, mean + half
 
 

@@ -323,6 +323,9 @@ def run_policy_grid(
     show_progress: bool = True,
     per_config: Mapping[str, np.ndarray] | None = None,
     env_hparams: tuple[str, ...] = (),
+    learner: Callable | None = None,
+    data=None,
+    eval_every: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
 
@@ -332,6 +335,10 @@ def run_policy_grid(
     such as a fairness vector c [C, N], and optionally ``queue_rate`` ([C] or [C, N]) replacing
     the column of the same name. ``env_hparams`` names environment fields taken from the
     hyperparameters per configuration (see ``jfl.runner.make_run``).
+
+    Federated runs: ``learner(policy_name, m)`` builds each group's learner (its training slots
+    can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run reads, and
+    ``eval_every`` the evaluation period in rounds.
     """
     from jfl.runner import make_batched_run, make_run, seed_keys
 
@@ -365,7 +372,10 @@ def run_policy_grid(
                     num_rounds,
                     trajectories=trajectories,
                     env_hparams=env_hparams,
-                )
+                    learner=None if learner is None else learner(name, size),
+                    eval_every=eval_every,
+                ),
+                data,
             )
             rows = configs.iloc[start:stop]
             hparams = policy_hparams(name, rows, fixed)

@@ -473,6 +473,11 @@ class HflEnv:
         next_state = state.replace(**conditions._asdict(), t=state.t + 1)
         return self.observation(next_state, params), next_state, feedback
 
+    def delivered(self, action, feedback: Feedback):
+        """bool[N]: the client's update reached its ES before the deadline (COCS eq. 7's X)."""
+        del action
+        return jnp.any(feedback.success, axis=-1)
+
     def round_metrics(self, feedback: Feedback) -> dict:
         """Per-round scalars the runner records besides the round time."""
         return {"utility": feedback.utility, "num_success": feedback.num_success}

@@ -95,6 +95,7 @@ class Feedback(NamedTuple):
     round_time: jax.Array  # f[]  max τ over the selected clients (eq. 7), 0 if none
     set_reward: jax.Array  # f[]  r(S(t)) = min r_k over the selected clients, 0 if none
     num_failed: jax.Array  # i[]  selected clients with τ_k = τ_max
+    failed: jax.Array | None = None  # bool[K]  selected clients that hit τ_max (update lost)
 
 
 def paper_computing_speed(num_clients: int) -> tuple[np.ndarray, np.ndarray]:
@@ -273,9 +274,14 @@ class WirelessEnv:
             round_time=jnp.max(jnp.where(action, time, 0.0)),
             set_reward=jnp.where(any_selected, jnp.min(jnp.where(action, reward, 1.0)), 0.0),
             num_failed=jnp.sum(action & failed, dtype=jnp.int32),
+            failed=action & failed,
         )
         next_state = state.replace(available=self._available(uniforms[3], params), t=state.t + 1)
         return Observation(available=next_state.available), next_state, feedback
+
+    def delivered(self, action, feedback: Feedback):
+        """Selected clients whose model update arrived: a client that hits τ_max has failed."""
+        return action & ~feedback.failed
 
     def round_metrics(self, feedback: Feedback) -> dict:
         """Per-round scalars the runner records besides round time and queues."""
