@@ -38,12 +38,17 @@ AGGREGATIONS = ("data_size", "uniform")
 
 
 class FederatedData(NamedTuple):
-    """Everything a federated run reads, passed to the compiled program as arguments."""
+    """Everything a federated run reads, passed to the compiled program as arguments.
 
-    x: jax.Array  # f[N, S, *sample_shape]  clients' samples, zero padding after count
-    y: jax.Array  # i[N, S]
-    mask: jax.Array  # bool[N, S]  True for real samples (each client's come first)
-    count: jax.Array  # i[N]  samples per client
+    The leading axis P holds alternative partitions of the same training set (e.g. γ₁ = 1, 10
+    and IID), padded to one size, so that one compiled program runs every scenario: a
+    configuration picks its partition with the traced hyperparameter ``partition``.
+    """
+
+    x: jax.Array  # f[P, N, S, *sample_shape]  clients' samples, zero padding after count
+    y: jax.Array  # i[P, N, S]
+    mask: jax.Array  # bool[P, N, S]  True for real samples (each client's come first)
+    count: jax.Array  # i[P, N]  samples per client
     x_test: jax.Array  # f[n_test, *sample_shape]
     y_test: jax.Array  # i[n_test]
 
@@ -85,16 +90,17 @@ def local_sgd(
     *,
     epochs: int,
     batch_size: int,
+    partition=0,
 ):
     """Client ``client``'s model after E epochs of minibatch SGD from ``params`` (COCS eq. 2).
 
     Each epoch visits the client's ``count`` samples once in a random order, in batches of
     ``batch_size`` (the last one smaller); a batch size at least the client's data size is
-    full-batch gradient descent. ``client`` may be traced; ``learning_rate`` may be traced.
+    full-batch gradient descent. ``client``, ``partition`` and ``learning_rate`` may be traced.
     """
-    num_positions = data.mask.shape[1]
+    num_positions = data.mask.shape[2]
     num_batches, padded = batch_plan(num_positions, batch_size)
-    mask = data.mask[client]
+    mask = data.mask[partition, client]
     optimizer = optax.sgd(learning_rate)
 
     def epoch(carry, k_epoch):
@@ -111,8 +117,8 @@ def local_sgd(
             params, opt_state = carry
             positions = jax.lax.dynamic_slice_in_dim(order, b * batch_size, batch_size)
             valid = jax.lax.dynamic_slice_in_dim(slots_valid, b * batch_size, batch_size)
-            x = data.x[client, positions]
-            y = data.y[client, positions]
+            x = data.x[partition, client, positions]
+            y = data.y[partition, client, positions]
             grads = jax.grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
             updates, new_opt_state = optimizer.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
@@ -150,6 +156,11 @@ def weighted_average(stacked, weights, fallback):
 def server_mean(edge_params):
     """(1/M) Σ_m w_m: the global model of COCS eq. 6 (elementwise sums, batch-invariant)."""
     return jax.tree.map(lambda leaf: pairwise_sum(leaf, axis=0) / leaf.shape[0], edge_params)
+
+
+def partition_index(hparams):
+    """The configuration's partition (hyperparameter ``partition``, default 0) as an integer."""
+    return jnp.asarray(hparams.get("partition", 0)).astype(jnp.int32)
 
 
 def check_learner_options(
@@ -190,7 +201,8 @@ def make_learner(
     ``slots`` is the most clients trained in one round (default: all N). Selected clients beyond
     it are not trained and are counted in ``untrained``, so a sweep can refuse such a run; set
     it to the policy's largest possible selection (m for top-m policies) to avoid training empty
-    slots. The learning rate is the traced hyperparameter ``learning_rate``.
+    slots. Traced hyperparameters: ``learning_rate``, and ``partition`` (index into the data's
+    leading axis, default 0).
     """
     slots = num_clients if slots is None else slots
     check_learner_options(
@@ -213,10 +225,18 @@ def make_learner(
         return LearnerState(edge_params=edge)
 
     train = jax.vmap(
-        lambda params, client, key, lr, data: local_sgd(
-            apply_fn, params, data, client, key, lr, epochs=epochs, batch_size=batch_size
+        lambda params, client, key, lr, partition, data: local_sgd(
+            apply_fn,
+            params,
+            data,
+            client,
+            key,
+            lr,
+            epochs=epochs,
+            batch_size=batch_size,
+            partition=partition,
         ),
-        in_axes=(0, 0, 0, None, None),
+        in_axes=(0, 0, 0, None, None, None),
     )
 
     def step(key, state: LearnerState, action, delivered, t, data: FederatedData, hparams):
@@ -232,9 +252,10 @@ def make_learner(
         in_use = jnp.arange(slots) < num_selected
         keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
         start = jax.tree.map(lambda p: p[server[clients]], state.edge_params)
-        trained = train(start, clients, keys, hparams["learning_rate"], data)
+        partition = partition_index(hparams)
+        trained = train(start, clients, keys, hparams["learning_rate"], partition, data)
         if aggregation == "data_size":
-            weight = data.count[clients].astype(jnp.float32)
+            weight = data.count[partition, clients].astype(jnp.float32)
         else:
             weight = jnp.ones(slots, jnp.float32)
         weight = jnp.where(in_use & delivered[clients], weight, 0.0)
