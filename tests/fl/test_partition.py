@@ -1,0 +1,342 @@
+"""Client partitions (jfl.fl.partition): validity, the skew each partition promises, padding.
+
+Every partition is checked on random labels of several sizes (one client, one sample per client,
+classes with a single sample or none) for the invariants that training relies on: indices in
+range, each sample used at most once, counts matching the valid entries, -1 padding after them.
+Statistical checks use fixed seeds and tolerances of 5 standard deviations of the distribution
+being tested.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from jfl.fl.partition import (
+    PARTITIONS,
+    ClientData,
+    Partition,
+    dirichlet,
+    heterogeneous,
+    iid,
+    make_partition,
+    stack_clients,
+    two_labels,
+)
+
+SEEDS = (0, 1, 2)
+
+
+def balanced_labels(per_class: int, num_classes: int, seed: int = 0) -> np.ndarray:
+    labels = np.repeat(np.arange(num_classes), per_class)
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def rare_labels() -> np.ndarray:
+    """37 samples: class 9 has one sample, class 5 none, class 0 most of them."""
+    labels = np.array([0] * 12 + [1] * 5 + [2] * 4 + [3] * 4 + [4] * 3 + [6] * 3 + [7] * 3)
+    labels = np.concatenate([labels, [8, 8, 9]])
+    return np.random.default_rng(3).permutation(labels)
+
+
+# (labels, num_clients) cases: many clients, one client, one client per sample, rare classes.
+CASES = {
+    "balanced": (balanced_labels(20, 10), 7),
+    "one_client": (balanced_labels(5, 4), 1),
+    "n_clients": (balanced_labels(3, 10), 30),
+    "rare": (rare_labels(), 6),
+    "rare_n_clients": (rare_labels(), 37),
+}
+
+
+def options_for(name: str, labels: np.ndarray, num_clients: int) -> dict:
+    if name == "dirichlet":
+        return {"concentration": 0.3}
+    if name == "heterogeneous":
+        rich = min(2, num_clients)
+        return {"rich_clients": rich, "labels_per_rich": min(5, np.unique(labels).size // rich)}
+    return {}
+
+
+def client_indices(p: Partition) -> list[np.ndarray]:
+    return [row[:c] for row, c in zip(p.indices, p.count, strict=True)]
+
+
+def client_labels(p: Partition, labels: np.ndarray) -> list[np.ndarray]:
+    return [labels[idx] for idx in client_indices(p)]
+
+
+def assert_valid(p: Partition, n: int, num_clients: int) -> None:
+    assert p.indices.dtype == np.int64 and p.count.dtype == np.int32
+    assert p.indices.ndim == 2 and p.indices.shape[0] == num_clients
+    assert p.count.shape == (num_clients,)
+    assert p.indices.shape[1] == max(int(p.count.max()), 1)
+    assert np.all(p.count >= 0)
+    for row, c in zip(p.indices, p.count, strict=True):
+        assert np.all(row[c:] == -1)
+        assert np.all((row[:c] >= 0) & (row[:c] < n))
+    used = np.concatenate(client_indices(p))
+    assert np.unique(used).size == used.size  # each sample at most once
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(PARTITIONS))
+def test_partitions_are_valid(name, case):
+    labels, num_clients = CASES[case]
+    for seed in SEEDS:
+        p = make_partition(
+            name, labels, num_clients, seed, **options_for(name, labels, num_clients)
+        )
+        assert_valid(p, labels.size, num_clients)
+        if name in ("iid", "dirichlet"):
+            assert np.all(p.count >= 1)  # data is left for every client
+
+
+# --- iid ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, num_clients", [(100, 7), (10, 10), (11, 1), (53, 4)])
+def test_iid_uses_all_samples_in_equal_shares(n, num_clients):
+    labels = np.random.default_rng(n).integers(0, 5, n)
+    p = iid(labels, num_clients, np.random.default_rng(0))
+    assert_valid(p, n, num_clients)
+    assert p.count.sum() == n
+    assert p.count.max() - p.count.min() <= 1
+    np.testing.assert_array_equal(
+        p.count, [n // num_clients + (i < n % num_clients) for i in range(num_clients)]
+    )
+
+
+def test_iid_exact_samples_per_client():
+    labels = balanced_labels(10, 10)
+    p = iid(labels, 7, np.random.default_rng(0), samples_per_client=14)
+    assert_valid(p, labels.size, 7)
+    np.testing.assert_array_equal(p.count, 14)
+    p = iid(labels, 10, np.random.default_rng(0), samples_per_client=10)  # N · spc = n
+    assert np.unique(np.concatenate(client_indices(p))).size == labels.size
+
+
+# --- dirichlet ---------------------------------------------------------------------------------
+
+
+def test_dirichlet_small_concentration_gives_one_class_clients():
+    labels = balanced_labels(200, 10)
+    p = dirichlet(labels, 20, 1e-3, np.random.default_rng(0), samples_per_client=20)
+    assert_valid(p, labels.size, 20)
+    np.testing.assert_array_equal(p.count, 20)
+    dominant = np.array([np.bincount(y).max() / y.size for y in client_labels(p, labels)])
+    assert np.mean(dominant >= 0.95) >= 0.9
+
+
+def test_dirichlet_large_concentration_gives_the_global_mix():
+    """With q ~ Dir(γ·1) the mean class mix is uniform, the global mix of balanced labels.
+
+    The per-class count of a client is Dirichlet-multinomial: variance
+    s·p(1-p)·(s + α₀)/(1 + α₀) with p = 1/C and α₀ = C·γ (≈ the multinomial s·p(1-p) here).
+    No pool runs out (each class is asked for ≈ N·s/C = 2000 of its 5000 samples).
+    """
+    num_classes, clients, s, gamma = 10, 10, 2000, 1e4
+    labels = balanced_labels(5000, num_classes)
+    p = dirichlet(labels, clients, gamma, np.random.default_rng(0), samples_per_client=s)
+    assert_valid(p, labels.size, clients)
+    mix = 1.0 / num_classes
+    alpha0 = num_classes * gamma
+    std = math.sqrt(s * mix * (1 - mix) * (s + alpha0) / (1 + alpha0))
+    for y in client_labels(p, labels):
+        hist = np.bincount(y, minlength=num_classes)
+        assert np.all(np.abs(hist - s * mix) <= 5 * std), hist
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dirichlet_keeps_client_totals_when_pools_run_out(seed):
+    labels = rare_labels()  # 37 samples, very uneven classes, class 5 empty
+    # N · s = n: every sample must be used, so later clients draw from leftover classes.
+    p = dirichlet(labels, 37, 0.01, np.random.default_rng(seed), samples_per_client=1)
+    np.testing.assert_array_equal(p.count, 1)
+    p = dirichlet(labels, 6, 0.01, np.random.default_rng(seed), samples_per_client=6)
+    assert_valid(p, labels.size, 6)
+    np.testing.assert_array_equal(p.count, 6)
+    p = dirichlet(labels, 5, 0.01, np.random.default_rng(seed))  # s = 37 // 5 = 7
+    np.testing.assert_array_equal(p.count, 7)
+    labels = balanced_labels(10, 4)
+    p = dirichlet(labels, 4, 1e-3, np.random.default_rng(seed), samples_per_client=10)
+    assert np.unique(np.concatenate(client_indices(p))).size == labels.size
+
+
+# --- two_labels --------------------------------------------------------------------------------
+
+
+def holders_per_label(p: Partition, labels: np.ndarray, num_classes: int) -> np.ndarray:
+    held = np.zeros(num_classes, int)
+    for y in client_labels(p, labels):
+        held[np.unique(y)] += 1
+    return held
+
+
+@pytest.mark.parametrize("num_clients, per", [(20, 2), (7, 2), (10, 3), (5, 10), (1, 2)])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_two_labels_distinct_labels_and_balance(num_clients, per, seed):
+    labels = balanced_labels(100, 10)
+    p = two_labels(labels, num_clients, np.random.default_rng(seed), labels_per_client=per)
+    assert_valid(p, labels.size, num_clients)
+    for y in client_labels(p, labels):
+        assert np.unique(y).size == per
+    held = holders_per_label(p, labels, 10)
+    assert held.max() - held.min() <= 1
+    assert held.sum() == num_clients * per
+    used = np.concatenate(client_indices(p))
+    if num_clients * per >= 10:
+        assert used.size == labels.size
+    else:  # exactly the samples of the held classes are used
+        assert used.size == 100 * np.count_nonzero(held)
+
+
+def test_two_labels_with_few_clients_leaves_classes_unused():
+    labels = balanced_labels(30, 10)
+    p = two_labels(labels, 3, np.random.default_rng(0))
+    held = holders_per_label(p, labels, 10)
+    np.testing.assert_array_equal(np.sort(held), [0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(p.count, 60)
+
+
+def test_two_labels_splits_each_class_evenly():
+    labels = balanced_labels(101, 10)
+    p = two_labels(labels, 10, np.random.default_rng(0))
+    counts = {}
+    for idx in client_indices(p):
+        for c, k in zip(*np.unique(labels[idx], return_counts=True), strict=True):
+            counts.setdefault(int(c), []).append(int(k))
+    for shares in counts.values():
+        assert sorted(shares) == [50, 51]
+
+
+# --- heterogeneous -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_heterogeneous_paper_setting(seed):
+    labels = balanced_labels(50, 10)
+    p = heterogeneous(labels, 10, np.random.default_rng(seed))
+    assert_valid(p, labels.size, 10)
+    sets = [set(np.unique(y).tolist()) for y in client_labels(p, labels)]
+    assert sorted(len(s) for s in sets) == [1] * 8 + [5] * 2
+    rich = [s for s in sets if len(s) == 5]
+    assert not rich[0] & rich[1]
+    assert set().union(*sets) == set(range(10))
+    assert p.count.sum() == labels.size  # every class covered, so every sample used
+
+
+def test_heterogeneous_other_settings():
+    labels = balanced_labels(20, 6)
+    p = heterogeneous(labels, 4, np.random.default_rng(0), rich_clients=1, labels_per_rich=6)
+    sets = [set(np.unique(y).tolist()) for y in client_labels(p, labels)]
+    assert sorted(len(s) for s in sets) == [1, 1, 1, 6]
+    p = heterogeneous(labels, 3, np.random.default_rng(0), rich_clients=0)
+    assert [np.unique(y).size for y in client_labels(p, labels)] == [1, 1, 1]
+    assert len(set().union(*(set(y.tolist()) for y in client_labels(p, labels)))) == 3
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PARTITIONS))
+def test_fixed_seed_is_deterministic(name):
+    labels, num_clients = CASES["balanced"]
+    opts = options_for(name, labels, num_clients)
+    a = make_partition(name, labels, num_clients, 5, **opts)
+    b = make_partition(name, labels, num_clients, 5, **opts)
+    c = make_partition(name, labels, num_clients, 6, **opts)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.count, b.count)
+    assert a.indices.shape != c.indices.shape or np.any(a.indices != c.indices)
+
+
+# --- stack_clients -----------------------------------------------------------------------------
+
+
+def test_stack_clients_gathers_pads_and_masks():
+    rng = np.random.default_rng(0)
+    n = 40
+    x = rng.normal(size=(n, 3, 2)).astype(np.float64)
+    y = rng.integers(0, 5, n)
+    part = Partition(
+        indices=np.array([[3, 7, 1], [-1, -1, -1], [0, 39, -1]], np.int64),
+        count=np.array([3, 0, 2], np.int32),
+    )
+    data = stack_clients(x, y, part)
+    assert isinstance(data, ClientData)
+    assert data.x.shape == (3, 3, 3, 2) and data.x.dtype == np.float32
+    assert data.y.shape == (3, 3) and data.y.dtype == np.int32
+    np.testing.assert_array_equal(data.mask, [[1, 1, 1], [0, 0, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(data.count, part.count)
+    for i, c in enumerate(part.count):
+        idx = part.indices[i, :c]
+        np.testing.assert_array_equal(data.x[i, :c], x[idx].astype(np.float32))
+        np.testing.assert_array_equal(data.y[i, :c], y[idx])
+        assert np.all(data.x[i, c:] == 0) and np.all(data.y[i, c:] == 0)
+    wide = stack_clients(x, y, part, pad_to=5)
+    assert wide.x.shape == (3, 5, 3, 2) and wide.mask.shape == (3, 5)
+    np.testing.assert_array_equal(wide.x[:, :3], data.x)
+    assert np.all(wide.x[:, 3:] == 0) and not wide.mask[:, 3:].any()
+    with pytest.raises(ValueError, match="pad_to"):
+        stack_clients(x, y, part, pad_to=2)
+
+
+def test_stack_clients_on_a_partition():
+    labels = balanced_labels(6, 5)
+    x = np.arange(labels.size, dtype=np.float32)[:, None, None, None] * np.ones((1, 2, 2, 1))
+    p = make_partition("two_labels", labels, 4, 0)
+    data = stack_clients(x, labels, p)
+    for i, c in enumerate(p.count):
+        np.testing.assert_array_equal(data.x[i, :c, 0, 0, 0], p.indices[i, :c])
+        np.testing.assert_array_equal(data.y[i, :c], labels[p.indices[i, :c]])
+    assert data.mask.sum() == p.count.sum()
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+LABELS = balanced_labels(3, 10)  # n = 30, C = 10
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: make_partition("nope", LABELS, 3, 0), r"unknown partition 'nope'.*'iid'"),
+        (lambda: make_partition("iid", LABELS, 0, 0), "num_clients"),
+        (lambda: make_partition("iid", LABELS, 31, 0), "num_clients"),
+        (lambda: make_partition("iid", LABELS, 2.0, 0), "num_clients"),
+        (lambda: make_partition("iid", LABELS, 3, 0, foo=1), r"unknown options \['foo'\]"),
+        (lambda: make_partition("two_labels", LABELS, 3, 0, concentration=1.0), "concentration"),
+        (lambda: make_partition("iid", LABELS, 3, 0, samples_per_client=0), "samples_per_client"),
+        (lambda: make_partition("iid", LABELS, 3, 0, samples_per_client=11), "samples_per_client"),
+        (lambda: make_partition("iid", LABELS, 3, 0, samples_per_client=2.0), "samples_per_client"),
+        (lambda: dirichlet(LABELS, 3, 1.0, np.random.default_rng(), 11), "samples_per_client"),
+        (lambda: make_partition("dirichlet", LABELS, 3, 0, concentration=0.0), "concentration"),
+        (lambda: make_partition("dirichlet", LABELS, 3, 0, concentration=-1), "concentration"),
+        (lambda: make_partition("dirichlet", LABELS, 3, 0, concentration=math.inf), "concentr"),
+        (lambda: make_partition("dirichlet", LABELS, 3, 0, concentration=math.nan), "concentr"),
+        (lambda: make_partition("dirichlet", LABELS, 3, 0), "concentration"),  # missing
+        (lambda: make_partition("iid", LABELS.reshape(3, 10), 3, 0), "labels"),
+        (lambda: make_partition("iid", LABELS - 1, 3, 0), "labels"),
+        (lambda: make_partition("iid", LABELS.astype(float), 3, 0), "labels"),
+        (lambda: iid(np.zeros(0, int), 1, np.random.default_rng()), "labels"),
+        (lambda: iid(LABELS, 31, np.random.default_rng()), "num_clients"),
+        (lambda: two_labels(LABELS, 3, np.random.default_rng(), 0), "labels_per_client"),
+        (lambda: two_labels(LABELS, 3, np.random.default_rng(), 11), "labels_per_client"),
+        (lambda: heterogeneous(LABELS, 10, np.random.default_rng(), 3, 5), "rich_clients · lab"),
+        (lambda: heterogeneous(LABELS, 2, np.random.default_rng(), 3, 1), "rich_clients"),
+        (lambda: heterogeneous(LABELS, 2, np.random.default_rng(), -1, 1), "rich_clients"),
+        (lambda: heterogeneous(LABELS, 2, np.random.default_rng(), 1, 0), "labels_per_rich"),
+        (
+            lambda: stack_clients(
+                np.zeros((3, 2)), np.zeros(4, int), iid(LABELS, 1, np.random.default_rng())
+            ),
+            "x must be",
+        ),
+    ],
+)
+def test_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
