@@ -177,3 +177,44 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_accuracy(
+    ds: xr.Dataset,
+    path,
+    against="round",
+    configs=None,
+    title=None,
+    max_lines=12,
+    exclude=("policy", "queue_rate"),
+):
+    """Test accuracy with its band over seeds, against the round or the simulated wall-clock.
+
+    Against time, the x position of an evaluation is the seed-mean of the wall-clock at that
+    round (seeds differ in their clocks; the band is over accuracies at equal rounds).
+    ``exclude`` names configuration labels left out of the legend.
+    """
+    varying = varying_hparams(ds, exclude=exclude)
+    configs = _select_configs(ds, max_lines) if configs is None else configs
+    rounds = ds["eval"].to_numpy()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for config in configs:
+        c = ds.sel(config=config)
+        samples = c["accuracy"].transpose("seed", "eval").to_numpy()
+        if against == "round":
+            x = rounds
+        else:
+            clock = c["wall_clock"].transpose("seed", "round").to_numpy().mean(axis=0)
+            x = np.concatenate([[0.0], clock])[rounds]
+        band(ax, x, samples, label=config_label(ds, config, varying))
+    target = ds.attrs.get("target_accuracy")
+    if target is not None:
+        ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("round" if against == "round" else "simulated wall-clock time (s)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(title or f"Test accuracy vs {'round' if against == 'round' else 'time'}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -35,6 +35,7 @@ import optax
 from jfl.kernels.reduce import pairwise_sum
 
 AGGREGATIONS = ("data_size", "uniform")
+EVAL_BATCH = 1024  # test samples per forward pass when evaluating
 
 
 class FederatedData(NamedTuple):
@@ -281,14 +282,36 @@ def make_learner(
         return LearnerState(edge_params=edge), metrics
 
     def evaluate(state: LearnerState, data: FederatedData) -> dict:
-        """Test accuracy and loss of the global model (the mean of the edge models)."""
+        """Test accuracy and loss of the global model (the mean of the edge models).
+
+        The test set goes through the model in batches of at most ``EVAL_BATCH`` samples, so
+        the memory of a large batch of runs does not grow with the test-set size.
+        """
         params = server_mean(state.edge_params)
-        logits = apply_fn(params, data.x_test)
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, data.y_test)
-        correct = (jnp.argmax(logits, -1) == data.y_test).astype(jnp.float32)
+        num_test = data.y_test.shape[0]
+        size = min(num_test, EVAL_BATCH)
+        num_batches = math.ceil(num_test / size)
+        padding = num_batches * size - num_test
+        x = jnp.concatenate([data.x_test, jnp.zeros((padding, *data.x_test.shape[1:]))])
+        y = jnp.concatenate([data.y_test, jnp.zeros(padding, data.y_test.dtype)])
+        valid = jnp.arange(num_batches * size) < num_test
+
+        def one_batch(batch):
+            x, y, valid = batch
+            logits = apply_fn(params, x)
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+            correct = (jnp.argmax(logits, -1) == y) & valid
+            return correct.astype(jnp.float32), jnp.where(valid, losses, 0.0)
+
+        batches = (
+            x.reshape(num_batches, size, *x.shape[1:]),
+            y.reshape(num_batches, size),
+            valid.reshape(num_batches, size),
+        )
+        correct, losses = jax.lax.map(one_batch, batches)
         return {
-            "accuracy": pairwise_sum(correct) / correct.shape[0],
-            "test_loss": pairwise_sum(losses) / losses.shape[0],
+            "accuracy": pairwise_sum(correct.reshape(-1)) / num_test,
+            "test_loss": pairwise_sum(losses.reshape(-1)) / num_test,
         }
 
     return Learner(init=init, step=step, evaluate=evaluate, num_servers=num_servers)
