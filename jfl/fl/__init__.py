@@ -1,1 +1,37 @@
-"""Federated training driven by the selection policies: data, partitions, Flax models, FedAvg."""
+"""Federated training driven by the selection policies: data, partitions, Flax models, FedAvg.
+
+* ``jfl.fl.data`` — digits (default, ships with scikit-learn), MNIST, Fashion-MNIST, CIFAR-10
+  from local files;
+* ``jfl.fl.partition`` — IID, Dirichlet(γ₁), two labels per client, the CS-UCB-Q split;
+* ``jfl.fl.models`` — logistic regression and the papers' CNNs (Flax linen);
+* ``jfl.fl.train`` — local SGD vmapped over the selected clients, FedAvg and its hierarchical
+  variant, as a ``Learner`` that ``jfl.runner.make_run(..., learner=...)`` drives;
+* ``jfl.fl.sweep`` — the pipeline behind ``sweeps/fl_*.py``.
+"""
+
+from jfl.fl.data import DATASETS, Dataset, DatasetError, load_dataset
+from jfl.fl.models import MODELS, init_params, make_model
+from jfl.fl.partition import PARTITIONS, ClientData, Partition, make_partition, stack_clients
+from jfl.fl.sweep import federated_data
+from jfl.fl.train import FederatedData, Learner, local_sgd, make_learner, weighted_average
+
+__all__ = [
+    "DATASETS",
+    "MODELS",
+    "PARTITIONS",
+    "ClientData",
+    "Dataset",
+    "DatasetError",
+    "FederatedData",
+    "Learner",
+    "Partition",
+    "federated_data",
+    "init_params",
+    "load_dataset",
+    "local_sgd",
+    "make_learner",
+    "make_model",
+    "make_partition",
+    "stack_clients",
+    "weighted_average",
+]

@@ -325,7 +325,7 @@ def write_figures(ds, folder, title: str) -> None:
     for key in np.unique(scenario, axis=0):
         shown = list(np.flatnonzero((scenario == key).all(axis=1)))
         label = scenario_label(ds, shown[0])
-        suffix = label.replace(" ", "_").replace("=", "") if label else ""
+        suffix = label.replace(" ", "_").replace("=", "-")
         name = f"_{suffix}" if suffix else ""
         for against in ("round", "time"):
             plots.plot_accuracy(
