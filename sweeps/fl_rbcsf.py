@@ -102,9 +102,13 @@ def check_args(args) -> dict:
         raise ValueError(f"--p-available must be in [0, 1], got {args.p_available}")
     if args.samples_per_client is not None:
         at_least("samples-per-client", args.samples_per_client)
+    grid = {name: parse_values(getattr(args, name), name) for name in SWEPT}
+    # β is also the rate every other policy's fairness is measured against.
+    if any(not 0 <= b <= 1 for b in grid["beta"]):
+        raise ValueError(f"--beta must be in [0, 1], got {grid['beta']}")
     return {
         "policies": parse_policies(args.policies, "rbcsf"),
-        "grid": {name: parse_values(getattr(args, name), name) for name in SWEPT},
+        "grid": grid,
         "gamma1": parse_gamma1(args.gamma1),
         "clients": args.clients,
         "m": args.m,

@@ -254,7 +254,7 @@ def run_from_cli(
             global_every=global_every,
         )
 
-    per_config = {
+    run_arrays = {
         "learning_rate": configs["learning_rate"].to_numpy(),
         "partition": configs["partition"].to_numpy(),
         **(per_config or {}),
@@ -275,7 +275,7 @@ def run_from_cli(
             store=sweep.ChunkStore(out),
             trajectories=settings["trajectories"],
             show_progress=not args.quiet,
-            per_config=per_config,
+            per_config=run_arrays,
             env_hparams=env_hparams,
             learner=learner,
             data=data,
@@ -291,7 +291,14 @@ def run_from_cli(
             "bound in this script is wrong"
         )
 
-    ds = results.to_dataset(outputs, configs.drop(columns="queue_rate"), seeds)
+    # Rate metrics are measured against each configuration's guaranteed rate: its queue_rate
+    # column (β), or per-client rates c when the configuration has a vector of them.
+    rate_vector = (per_config or {}).get("queue_rate")
+    if rate_vector is not None and np.ndim(rate_vector) == 2:
+        ds = results.to_dataset(outputs, configs.drop(columns="queue_rate"), seeds)
+        ds["rate_target"] = (("config", "client"), np.asarray(rate_vector, float))
+    else:
+        ds = results.to_dataset(outputs, configs, seeds)
     ds["data_size"] = (("partition_index", "client"), np.asarray(data.count))
     ds.attrs["target_accuracy"] = settings["target_accuracy"]
     metadata = sweep.run_metadata(manifest, wall_seconds=wall)

@@ -174,7 +174,7 @@ def check_learner_options(
         ("num_servers", num_servers, 1),
         ("global_every", global_every, 1),
     ):
-        if not isinstance(value, int | np.integer) or value < low:
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if not isinstance(slots, int | np.integer) or not 1 <= slots <= num_clients:
         raise ValueError(
@@ -276,7 +276,7 @@ def make_learner(
                 lambda e, g: jnp.where(is_global, jnp.broadcast_to(g, e.shape), e), edge, merged
             )
         metrics = {
-            "num_delivered": jnp.sum(selected & delivered, dtype=jnp.int32),
+            "num_delivered": jnp.sum(in_use & delivered[clients], dtype=jnp.int32),
             "untrained": jnp.maximum(num_selected - slots, 0),
         }
         return LearnerState(edge_params=edge), metrics

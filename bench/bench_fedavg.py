@@ -1,0 +1,153 @@
+"""Benchmark: federated training, vmapped against the same work done one piece at a time.
+
+    python bench/bench_fedavg.py            # both models (a few minutes on a 2-core CPU)
+    python bench/bench_fedavg.py --quick    # fewer rounds and repeats, for a smoke run
+
+Prints, for the same machine and the same run, for multinomial logistic regression and the
+RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a CPU run):
+  1. one FedAvg round of 8 selected clients (local SGD, E = 1, batch 10, then the weighted
+     average): local training vmapped over the clients in one jitted call, against a Python loop
+     calling the same jitted single-client ``local_sgd`` once per client;
+  2. a 64-configuration grid (RBCS-F selecting 8 of 40 clients on the ``rbcsf`` environment,
+     FedAvg on the selected clients, one seed per configuration, each configuration with its own
+     learning rate) as one vmapped program, against the 64 configurations run one after another
+     through the same program compiled for a single configuration.
+Timings are the best of several calls after a first (compiling) call. No number here is asserted
+anywhere; README records a table from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rbcsf import best_time, machine
+
+from jfl.envs import RbcsfEnv
+from jfl.fl import federated_data, load_dataset, make_learner, make_model, make_partition
+from jfl.fl.train import local_sgd, weighted_average
+from jfl.policies import get
+from jfl.runner import make_batched_run, make_run, seed_keys
+
+NUM_CLIENTS, SELECTED, EPOCHS, BATCH = 40, 8, 1, 10
+MODELS = ("logistic", "fashion_cnn")
+
+
+def setup(model_name: str):
+    dataset = load_dataset("digits")
+    partition = make_partition("iid", dataset.y_train, NUM_CLIENTS, seed=0)
+    data = federated_data(dataset, [partition])
+    model = make_model(model_name, dataset.num_classes)
+    return model, data, tuple(dataset.x_train.shape[1:])
+
+
+def round_times(model_name: str, repeats: int) -> tuple[float, float]:
+    """(vmapped seconds, Python-loop seconds) for one FedAvg round of SELECTED clients."""
+    model, data, sample_shape = setup(model_name)
+    params = model.init(jax.random.key(0), jnp.zeros((1, *sample_shape)))["params"]
+    clients = jnp.arange(SELECTED)
+    keys = jax.random.split(jax.random.key(1), SELECTED)
+    weights = data.count[0, clients].astype(jnp.float32)
+
+    def apply_fn(p, x):
+        return model.apply({"params": p}, x)
+
+    def one_client(params, client, key, data):
+        return local_sgd(apply_fn, params, data, client, key, 0.1, epochs=EPOCHS, batch_size=BATCH)
+
+    @jax.jit
+    def vmapped(params, data):
+        trained = jax.vmap(one_client, in_axes=(None, 0, 0, None))(params, clients, keys, data)
+        return weighted_average(trained, weights, params)
+
+    single = jax.jit(one_client)
+    average = jax.jit(lambda trained: weighted_average(trained, weights, params))
+
+    def looped():
+        trained = [single(params, clients[i], keys[i], data) for i in range(SELECTED)]
+        return average(jax.tree.map(lambda *leaves: jnp.stack(leaves), *trained))
+
+    jax.block_until_ready(vmapped(params, data))
+    jax.block_until_ready(looped())
+    return best_time(lambda: vmapped(params, data), repeats), best_time(looped, repeats)
+
+
+def grid_times(model_name: str, num_configs: int, rounds: int, repeats: int):
+    """(vmapped seconds, sequential seconds, compile seconds) for a grid of configurations."""
+    model, data, sample_shape = setup(model_name)
+    env = RbcsfEnv()
+    spec = get("rbcsf")
+    learner = make_learner(
+        model, sample_shape, NUM_CLIENTS, epochs=EPOCHS, batch_size=BATCH, slots=SELECTED
+    )
+    run = make_run(
+        env,
+        env.default_params(num_clients=NUM_CLIENTS),
+        spec.build(NUM_CLIENTS, SELECTED),
+        rounds,
+        learner=learner,
+    )
+    batched = make_batched_run(run, data)
+    keys = seed_keys(0, [0])
+    # Every configuration differs (its own learning rate), so vmap cannot share any work.
+    hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
+    hparams["learning_rate"] = np.linspace(0.05, 0.5, num_configs, dtype=np.float32)
+    queue_rate = np.full(num_configs, 0.15, np.float32)
+
+    def grid():
+        return batched(keys, hparams, queue_rate)
+
+    def one_after_another():
+        outputs = []
+        for c in range(num_configs):
+            row = {k: v[c : c + 1] for k, v in hparams.items()}
+            outputs.append(batched(keys, row, queue_rate[c : c + 1]))
+        return outputs
+
+    start = time.perf_counter()
+    jax.block_until_ready(grid())
+    compile_s = time.perf_counter() - start
+    jax.block_until_ready(one_after_another())
+    return best_time(grid, repeats), best_time(one_after_another, repeats), compile_s
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
+    parser.add_argument("--configs", type=int, default=64, help="configurations in the grid")
+    args = parser.parse_args(argv)
+    repeats = 2 if args.quick else 5
+    rounds = 3 if args.quick else 10
+
+    print(f"machine: {machine()}")
+    print(
+        f"\n1. one FedAvg round, {SELECTED} selected clients, E={EPOCHS}, batch {BATCH} "
+        f"(digits, {NUM_CLIENTS} IID clients)"
+    )
+    print(f"{'model':<14}{'vmapped ms':>12}{'Python loop ms':>16}{'× loop':>9}")
+    for name in MODELS:
+        fast, slow = round_times(name, repeats)
+        print(f"{name:<14}{fast * 1e3:>12.2f}{slow * 1e3:>16.2f}{slow / fast:>9.1f}")
+
+    print(
+        f"\n2. {args.configs}-configuration grid, RBCS-F m={SELECTED} of N={NUM_CLIENTS}, "
+        f"{rounds} rounds, 1 seed each"
+    )
+    print(
+        f"{'model':<14}{'vmapped s':>11}{'one by one s':>14}{'× one by one':>14}{'compile s':>11}"
+    )
+    for name in MODELS:
+        fast, slow, compile_s = grid_times(name, args.configs, rounds, max(1, repeats // 2))
+        print(f"{name:<14}{fast:>11.2f}{slow:>14.2f}{slow / fast:>14.1f}{compile_s:>11.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,634 @@
+"""FedAvg (jfl.fl.train) and the runner's federated mode, against plainly written references.
+
+A linear softmax classifier on tiny random 4×4×1 images checks the learner's arithmetic (local
+SGD, weighted averaging, padding, slots, hierarchical aggregation) against NumPy and against
+``local_sgd`` called one client at a time; scikit-learn's digits check that the runner actually
+learns, and that federated runs keep the runner's batching invariances.
+
+Compilation dominates the runtime, so the shapes are few and the jitted functions are cached at
+module level (``_step``, ``_local``) and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jfl.envs import RbcsfEnv
+from jfl.envs.rbcsf import make_params
+from jfl.fl.train import FederatedData, LearnerState, local_sgd, make_learner, weighted_average
+from jfl.policies import get
+from jfl.runner import make_batched_run, make_run, run_keys, seed_keys
+
+SHAPE = (4, 4, 1)
+K = 3  # classes
+N = 5  # clients
+S = 8  # samples per client slot (padded)
+COUNTS = (6, 3, 8, 0, 5)  # client 3 holds no data
+LR = 0.5
+STD = {"epochs": 3, "batch_size": 3}  # minibatch SGD for all clients but client 1 (3 samples)
+# float32 results computed by differently shaped (vmapped / padded / NumPy float64) programs
+# agree to rounding only: XLA may order the sums of a matmul differently per shape.
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+class Linear(nn.Module):
+    """Multinomial logistic regression: one dense layer on the flattened input."""
+
+    num_classes: int = K
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+MODEL = Linear()
+
+
+def apply_fn(params, x):
+    return MODEL.apply({"params": params}, x)
+
+
+def make_data(counts, pad_to=S, seed=0) -> FederatedData:
+    """Random data; ``counts`` is one tuple of client sizes per partition (leading axis P)."""
+    counts = np.atleast_2d(np.asarray(counts, np.int32))
+    rng = np.random.default_rng(seed)
+    num_parts, num_clients = counts.shape
+    x = np.zeros((num_parts, num_clients, pad_to, *SHAPE), np.float32)
+    y = np.zeros((num_parts, num_clients, pad_to), np.int32)
+    for p in range(num_parts):
+        for c, n in enumerate(counts[p]):
+            x[p, c, :n] = rng.normal(size=(n, *SHAPE))
+            y[p, c, :n] = rng.integers(0, K, n)
+    mask = np.arange(pad_to) < counts[..., None]
+    x_test = rng.normal(size=(10, *SHAPE)).astype(np.float32)
+    y_test = rng.integers(0, K, 10).astype(np.int32)
+    return FederatedData(x, y, mask, counts, x_test, y_test)
+
+
+def pad(data: FederatedData, pad_to: int) -> FederatedData:
+    """The same clients with extra zero samples (mask False) up to ``pad_to`` per client."""
+    extra = pad_to - data.mask.shape[2]
+    widths = [(0, 0), (0, 0), (0, extra)]
+    return data._replace(
+        x=np.pad(data.x, widths + [(0, 0)] * len(SHAPE)),
+        y=np.pad(data.y, widths),
+        mask=np.pad(data.mask, widths),
+    )
+
+
+def random_params(seed):
+    """Non-trivial parameters (random bias too) in the layout ``Linear`` uses."""
+    rng = np.random.default_rng(seed)
+    dim = int(np.prod(SHAPE))
+    return {
+        "Dense_0": {
+            "kernel": (0.3 * rng.normal(size=(dim, K))).astype(np.float32),
+            "bias": (0.1 * rng.normal(size=K)).astype(np.float32),
+        }
+    }
+
+
+def as_state(*edges) -> LearnerState:
+    """A learner state holding one model per edge server."""
+    return LearnerState(edge_params=jax.tree.map(lambda *p: jnp.stack(p), *edges))
+
+
+def edge(state: LearnerState, m=0):
+    return jax.tree.map(lambda p: np.asarray(p[m]), state.edge_params)
+
+
+def select(*clients, num_clients=N):
+    action = np.zeros(num_clients, bool)
+    action[list(clients)] = True
+    return action
+
+
+DATA = make_data(COUNTS)
+PARAMS = random_params(1)
+KEY = jax.random.key(42)  # the round key handed to ``step``
+
+
+@functools.cache
+def _learner(**options):
+    return make_learner(MODEL, SHAPE, N, **options)
+
+
+@functools.cache
+def _step(**options):
+    return jax.jit(_learner(**options).step)
+
+
+def step(options, state, action, delivered=None, t=1, data=DATA, lr=LR, key=KEY):
+    delivered = np.ones(N, bool) if delivered is None else delivered
+    hparams = {"learning_rate": np.float32(lr)}
+    return _step(**options)(key, state, action, delivered, np.int32(t), data, hparams)
+
+
+@functools.cache
+def _local(epochs, batch_size):
+    return jax.jit(functools.partial(local_sgd, apply_fn, epochs=epochs, batch_size=batch_size))
+
+
+def local(options, params, client, key=KEY, data=DATA, lr=LR):
+    """One client's update, exactly as the learner keys it: fold_in(round key, client index)."""
+    trained = _local(options["epochs"], options["batch_size"])(
+        params, data, client, jax.random.fold_in(key, client), np.float32(lr)
+    )
+    return jax.tree.map(np.asarray, trained)
+
+
+def np_average(models, weights):
+    """Σ w_k θ_k / Σ w_k in float64."""
+    weights = np.asarray(weights, np.float64)
+    return jax.tree.map(
+        lambda *leaves: (
+            np.tensordot(weights, np.stack(leaves).astype(np.float64), 1) / weights.sum()
+        ),
+        *models,
+    )
+
+
+def assert_tree_close(actual, expected, **tol):
+    tol = tol or TOL
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), **tol)
+
+
+def assert_tree_equal(actual, expected):
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. One client, full batch: FedAvg is gradient descent
+
+
+def numpy_gradient_descent(params, x, y, lr, steps):
+    """Multinomial logistic regression by hand: grad = Xᵀ(softmax(XW + b) − onehot)/n."""
+    w = params["Dense_0"]["kernel"].astype(np.float64)
+    b = params["Dense_0"]["bias"].astype(np.float64)
+    x = x.reshape(len(x), -1).astype(np.float64)
+    onehot = np.eye(K)[y]
+    for _ in range(steps):
+        z = x @ w + b
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        g = (p - onehot) / len(x)
+        w, b = w - lr * x.T @ g, b - lr * g.sum(axis=0)
+    return {"Dense_0": {"bias": b, "kernel": w}}
+
+
+FULL = {"epochs": 1, "batch_size": 16}  # one batch covers every client's data, padded or not
+PADDED = pad(DATA, 12)
+
+
+@pytest.mark.parametrize(
+    "options, data, client",
+    [
+        # E = 1, batch 16 ≥ S = 12: client 0's 6 samples and 10 of padding in one batch.
+        (FULL, PADDED, 0),
+        # E = 3, batch 3 = client 1's count < S = 8: a real batch, then batches of padding.
+        (STD, DATA, 1),
+    ],
+    ids=["E1", "E3"],
+)
+def test_single_client_full_batch_is_gradient_descent(options, data, client):
+    epochs, n = options["epochs"], COUNTS[client]
+    state, metrics = step(options, as_state(PARAMS), select(client), data=data)
+    x, y = DATA.x[0, client, :n], DATA.y[0, client, :n]
+    expected = numpy_gradient_descent(PARAMS, x, y, LR, epochs)
+    assert_tree_close(edge(state), expected)
+    assert int(metrics["num_delivered"]) == 1 and int(metrics["untrained"]) == 0
+    # The comparison has teeth: a single step differs from E = 3 steps by far more than TOL.
+    if epochs > 1:
+        one = numpy_gradient_descent(PARAMS, x, y, LR, 1)
+        assert np.abs(one["Dense_0"]["kernel"] - expected["Dense_0"]["kernel"]).max() > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The vmapped training equals local_sgd client by client, then a NumPy average
+
+
+@pytest.mark.parametrize("aggregation", ["data_size", "uniform"])
+def test_learner_equals_loop_over_local_sgd(aggregation):
+    clients = [4, 0, 3, 2]  # any order: the average is a weighted mean
+    options = {**STD, "aggregation": aggregation}
+    state, metrics = step(options, as_state(PARAMS), select(*clients))
+    models = [local(STD, PARAMS, c) for c in clients]
+    weights = [COUNTS[c] if aggregation == "data_size" else 1.0 for c in clients]
+    assert_tree_close(edge(state), np_average(models, weights))
+    assert int(metrics["num_delivered"]) == len(clients)
+    # The clients' models really differ, so a wrong weight would show.
+    assert np.abs(models[0]["Dense_0"]["kernel"] - models[1]["Dense_0"]["kernel"]).max() > 1e-2
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Padding, empty clients, empty slots and undelivered models change nothing
+
+
+def test_padding_does_not_change_minibatch_training():
+    """Batches of 3 over data padded to S = 12 instead of 8: the sample order is drawn per
+    position, so the same real samples are visited in the same batches. The programs differ in
+    shape, hence a tolerance."""
+    everyone = select(0, 1, 2, 3, 4)
+    short, _ = step(STD, as_state(PARAMS), everyone)
+    long, _ = step(STD, as_state(PARAMS), everyone, data=PADDED)
+    assert_tree_close(edge(long), edge(short))
+    # Every client's model alone, too (the average could hide a difference).
+    for c in range(N):
+        short, _ = step(STD, as_state(PARAMS), select(c))
+        long, _ = step(STD, as_state(PARAMS), select(c), data=PADDED)
+        assert_tree_close(edge(long), edge(short))
+    # Shuffling matters here: another epoch order would give another model.
+    other, _ = step(STD, as_state(PARAMS), select(0), key=jax.random.key(7))
+    assert np.abs(edge(other)["Dense_0"]["kernel"] - edge(short)["Dense_0"]["kernel"]).max() > 0
+
+
+def test_padding_does_not_change_full_batch_training():
+    """Full batches on data padded to S = 12: every client's model is the unpadded NumPy GD."""
+    for c in range(N):
+        state, _ = step(FULL, as_state(PARAMS), select(c), data=PADDED)
+        n = COUNTS[c]
+        expected = (
+            PARAMS
+            if n == 0
+            else numpy_gradient_descent(PARAMS, DATA.x[0, c, :n], DATA.y[0, c, :n], LR, 1)
+        )
+        assert_tree_close(edge(state), expected)
+
+
+def test_client_without_data_leaves_model_unchanged():
+    assert_tree_equal(local(STD, PARAMS, 3), PARAMS)
+    state, metrics = step(STD, as_state(PARAMS), select(3))
+    assert_tree_equal(edge(state), PARAMS)  # weight 0: the server keeps its model
+    assert int(metrics["num_delivered"]) == 1
+
+
+def test_empty_slots_and_undelivered_clients_do_not_count():
+    two, metrics_two = step(STD, as_state(PARAMS), select(0, 2))  # three empty slots
+    delivered = select(0, 1, 2)
+    three, metrics_three = step(STD, as_state(PARAMS), select(0, 2, 4), delivered=delivered)
+    assert_tree_equal(edge(three), edge(two))  # the undelivered client 4 has weight 0
+    expected = np_average([local(STD, PARAMS, c) for c in (0, 2)], [COUNTS[0], COUNTS[2]])
+    assert_tree_close(edge(two), expected)
+    assert int(metrics_two["num_delivered"]) == 2 and int(metrics_three["num_delivered"]) == 2
+    nobody, metrics = step(STD, as_state(PARAMS), select(0, 2), delivered=select(1, 4))
+    assert_tree_equal(edge(nobody), PARAMS)
+    assert int(metrics["num_delivered"]) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. weighted_average
+
+
+def test_weighted_average_matches_numpy():
+    rng = np.random.default_rng(3)
+    stacked = {"a": rng.normal(size=(5, 3)), "b": {"c": rng.normal(size=(5, 2, 2))}}
+    stacked = jax.tree.map(lambda v: v.astype(np.float32), stacked)
+    fallback = jax.tree.map(lambda v: v[0] + 100.0, stacked)
+    weights = np.array([0.5, 2.0, 0.0, 1.5, 3.0], np.float32)
+    result = jax.jit(weighted_average)(stacked, weights, fallback)
+    expected = jax.tree.map(lambda v: np.average(v.astype(np.float64), 0, weights), stacked)
+    assert_tree_close(result, expected)
+    # One positive weight: that model itself (w/w = 1 exactly, the others times 0).
+    one = jax.jit(weighted_average)(stacked, np.array([0, 0, 0, 7, 0], np.float32), fallback)
+    assert_tree_equal(one, jax.tree.map(lambda v: v[3], stacked))
+
+
+def test_weighted_average_all_zero_weights_returns_fallback():
+    stacked = {"a": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    fallback = {"a": np.array([-1.0, 2.5, 7.0], np.float32)}
+    result = jax.jit(weighted_average)(stacked, np.zeros(4, np.float32), fallback)
+    assert_tree_equal(result, fallback)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Slots
+
+
+@pytest.mark.parametrize("clients, untrained", [((0, 1, 2, 3, 4), 2), ((0, 2, 3, 4), 1)])
+def test_selections_beyond_slots_are_reported_untrained(clients, untrained):
+    _, metrics = step({**STD, "slots": 3}, as_state(PARAMS), select(*clients))
+    assert int(metrics["untrained"]) == untrained
+
+
+def test_result_does_not_depend_on_slots_or_slot_position():
+    clients = select(0, 2, 4)
+    few, metrics = step({**STD, "slots": 3}, as_state(PARAMS), clients)
+    everyone, _ = step(STD, as_state(PARAMS), clients)  # slots = N
+    assert int(metrics["untrained"]) == 0
+    # Same models up to rounding: the training is vmapped over 3 slots in one program and 5 in
+    # the other, and XLA's CPU kernels do not give the same bits for both (measured: 1 ulp).
+    assert_tree_close(edge(few), edge(everyone))
+    # Client 4 trains in slot 0 when alone and in slot 2 behind two undelivered clients: its
+    # randomness comes from its index, not its slot.
+    alone, _ = step(STD, as_state(PARAMS), select(4))
+    behind, _ = step(STD, as_state(PARAMS), clients, delivered=select(4))
+    assert_tree_equal(edge(behind), edge(alone))
+    assert_tree_close(edge(alone), local(STD, PARAMS, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Hierarchical FedAvg
+
+
+def test_one_server_equals_flat_learner():
+    clients = select(0, 1, 4)
+    delivered = select(0, 4)
+    flat, _ = step(STD, as_state(PARAMS), clients, delivered)
+    # bool[N, 1] client → server assignments of the same selection, explicit options.
+    options = {**STD, "num_servers": 1, "global_every": 1}
+    tree, _ = step(options, as_state(PARAMS), clients[:, None], delivered)
+    assert_tree_equal(edge(tree), edge(flat))
+
+
+def reference_hierarchical_round(edges, action, delivered, t, global_every, key):
+    """Edge m ← data-size average of its delivered clients (unchanged if none), then every
+    ``global_every`` rounds both edges ← their mean; clients train from their edge's model."""
+    new = []
+    for m, params in enumerate(edges):
+        members = [c for c in range(N) if action[c, m] and delivered[c]]
+        weights = [COUNTS[c] for c in members]
+        if sum(weights) == 0:
+            new.append(params)
+        else:
+            models = [local(STD, params, c, key=key) for c in members]
+            new.append(np_average(models, weights))
+    if t % global_every == 0:
+        mean = np_average(new, [1.0] * len(new))
+        new = [mean] * len(new)
+    return new
+
+
+def test_hierarchical_edges_and_global_rounds():
+    options = {**STD, "num_servers": 2, "global_every": 2}
+    edges = [PARAMS, random_params(2)]  # the servers start from different models
+    state = as_state(*edges)
+    # Round 1: server 0 gets clients 0, 2 (1 is not delivered); server 1 only client 3, which
+    # holds no data, and client 4, which is not delivered: server 1 keeps its model.
+    action = np.zeros((N, 2), bool)
+    action[[0, 1, 2], 0] = True
+    action[[3, 4], 1] = True
+    delivered = select(0, 2, 3)
+    k1, k2 = jax.random.split(KEY)
+    state, metrics = step(options, state, action, delivered, t=1, key=k1)
+    expected = reference_hierarchical_round(edges, action, delivered, 1, 2, k1)
+    assert int(metrics["num_delivered"]) == 3
+    assert_tree_close(edge(state, 0), expected[0])
+    assert_tree_equal(edge(state, 1), edges[1])
+    assert np.abs(edge(state, 0)["Dense_0"]["bias"] - edges[1]["Dense_0"]["bias"]).max() > 1e-3
+    # Round 2 (global): server 0 gets client 1, server 1 clients 0 and 4; then both ← the mean.
+    action = np.zeros((N, 2), bool)
+    action[1, 0] = True
+    action[[0, 4], 1] = True
+    delivered = select(0, 1, 4)
+    state, _ = step(options, state, action, delivered, t=2, key=k2)
+    expected = reference_hierarchical_round(expected, action, delivered, 2, 2, k2)
+    assert_tree_equal(edge(state, 0), edge(state, 1))
+    assert_tree_close(edge(state, 0), expected[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# 7–10. Through the runner, on scikit-learn's digits
+#
+# One data set with two partitions of the same training samples (P = 2: IID, and sorted by
+# label so that each client holds one or two digits) and one batch of three configurations over
+# four seeds, shared by the runner tests: every program compiled here costs seconds.
+
+DIGIT_CLIENTS, DIGIT_SAMPLES, DIGIT_M = 20, 60, 5
+ROUNDS, EVAL_EVERY = 20, 5
+DIGIT_SEEDS = [0, 1, 2, 3]
+# Config 0 (IID, learning rate 0.5) is the one that must learn; config 2 reads partition 1.
+DIGIT_HPARAMS = {
+    "learning_rate": np.array([0.5, 0.1, 0.5], np.float32),
+    "partition": np.array([0, 0, 1], np.int32),
+}
+
+
+def digit_partitions():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    x = (raw.images / 16.0).astype(np.float32)[..., None]
+    y = raw.target.astype(np.int32)
+    order = np.random.default_rng(0).permutation(len(y))
+    train, test = order[: DIGIT_CLIENTS * DIGIT_SAMPLES], order[DIGIT_CLIENTS * DIGIT_SAMPLES :]
+    by_label = train[np.argsort(y[train], kind="stable")]
+    shape = (2, DIGIT_CLIENTS, DIGIT_SAMPLES)
+    both = np.stack([train, by_label]).reshape(shape)
+    return FederatedData(
+        x=x[both],
+        y=y[both],
+        mask=np.ones(shape, bool),
+        count=np.full(shape[:2], DIGIT_SAMPLES, np.int32),
+        x_test=x[test],
+        y_test=y[test],
+    )
+
+
+def only_partition(data: FederatedData, p: int) -> FederatedData:
+    """Single-partition data (P = 1) holding partition ``p``."""
+    return data._replace(**{f: getattr(data, f)[p : p + 1] for f in ("x", "y", "mask", "count")})
+
+
+@pytest.fixture(scope="module")
+def digits():
+    data = digit_partitions()
+    env = RbcsfEnv()
+    env_params = make_params(DIGIT_CLIENTS)
+    spec = get("random")
+    policy = spec.build(DIGIT_CLIENTS, DIGIT_M)
+    model = Linear(num_classes=10)
+    learner = make_learner(model, (8, 8, 1), DIGIT_CLIENTS, epochs=1, batch_size=10, slots=DIGIT_M)
+    run = make_run(env, env_params, policy, ROUNDS, learner=learner, eval_every=EVAL_EVERY)
+    num_configs = len(DIGIT_HPARAMS["learning_rate"])
+    hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
+    hparams.update(DIGIT_HPARAMS)
+    rate = np.zeros(num_configs, np.float32)
+    keys = seed_keys(0, DIGIT_SEEDS)
+    batched = make_batched_run(run, data)
+    return {
+        "data": data,
+        "model": model,
+        "learner": learner,
+        "env": env,
+        "env_params": env_params,
+        "policy": policy,
+        "run": run,
+        "batched": batched,
+        "hparams": hparams,
+        "rate": rate,
+        "keys": keys,
+        "out": batched(keys, hparams, rate),
+    }
+
+
+@pytest.fixture(scope="module")
+def single_partition(digits):
+    """{p: outputs} of configuration 0's learning rate on single-partition data (P = 1) holding
+    partition p, over the four seeds, evaluated every 2·EVAL_EVERY rounds. The data is an
+    argument of the one compiled program, so both partitions share it."""
+    names = ("env", "env_params", "policy", "learner", "hparams", "keys", "data")
+    env, env_params, policy, learner, hparams, keys, data = (digits[k] for k in names)
+    run = make_run(env, env_params, policy, ROUNDS, learner=learner, eval_every=2 * EVAL_EVERY)
+    over_seeds = jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))
+    config = {k: v[0] for k, v in hparams.items()}
+    config["partition"] = np.int32(0)
+    return {
+        p: fields(over_seeds(keys, config, np.float32(0), only_partition(data, p))) for p in (0, 1)
+    }
+
+
+def fields(out):
+    return {k: np.asarray(v) for k, v in out._asdict().items() if v is not None}
+
+
+def test_runner_learns_digits(digits):
+    out = digits["out"]
+    num_evals = ROUNDS // EVAL_EVERY + 1  # rounds 0, 5, 10, 15, 20
+    assert out.accuracy.shape == (3, len(DIGIT_SEEDS), num_evals)
+    assert out.test_loss.shape == out.accuracy.shape
+    accuracy = np.asarray(out.accuracy[0])  # IID, learning rate 0.5, every seed
+    assert np.all(accuracy[:, 0] <= 0.3), accuracy[:, 0]
+    assert np.all(accuracy[:, -1] > 0.7), accuracy[:, -1]
+    assert np.all(np.asarray(out.untrained) == 0)
+    assert np.all(np.asarray(out.num_delivered) == np.asarray(out.num_selected))
+    assert np.all(np.asarray(out.num_selected) == DIGIT_M)  # 16 of 20 available on average
+    clock = np.cumsum(np.asarray(out.round_time, np.float64), axis=-1)
+    np.testing.assert_allclose(np.asarray(out.wall_clock), clock, rtol=1e-5)
+
+
+def test_round_zero_evaluates_the_initial_model(digits):
+    """Evaluation 0 is the model ``init`` draws from the run's learner key, before training."""
+    data, learner, model, out = (digits[k] for k in ("data", "learner", "model", "out"))
+    for s, key in enumerate(digits["keys"]):
+        k_model, _ = jax.random.split(run_keys(key, learner=True)[3])
+        edges = learner.init(k_model, data, {}).edge_params
+        params = jax.tree.map(lambda p: np.asarray(p[0]), edges)
+        logits = np.asarray(model.apply({"params": params}, data.x_test), np.float64)
+        z = logits - logits.max(axis=1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        loss = -log_p[np.arange(len(data.y_test)), data.y_test].mean()
+        accuracy = np.mean(logits.argmax(axis=1) == data.y_test)
+        for c in range(3):
+            np.testing.assert_allclose(out.test_loss[c, s, 0], loss, **TOL)
+            # float32 vs float64 logits: at most a near-tie may flip.
+            assert abs(float(out.accuracy[c, s, 0]) - accuracy) < 1.5 / len(logits)
+
+
+def test_evaluations_are_at_multiples_of_eval_every(digits, single_partition):
+    """Entry i is the evaluation after round i·eval_every: the same runs evaluated every 5 and
+    every 10 rounds agree at rounds 0, 10 and 20 (the runs every 10 rounds are on
+    single-partition data, see test_partition_hyperparameter_picks_the_partition)."""
+    long = fields(digits["out"])
+    for p, c in ((0, 0), (1, 2)):
+        sparse = single_partition[p]
+        assert sparse["accuracy"].shape == (len(DIGIT_SEEDS), ROUNDS // (2 * EVAL_EVERY) + 1)
+        np.testing.assert_array_equal(sparse["accuracy"], long["accuracy"][c][:, ::2])
+        # A tolerance for the loss: see assert_same_run.
+        np.testing.assert_allclose(sparse["test_loss"], long["test_loss"][c][:, ::2], **TOL)
+    # The model changes between evaluations, so matching entries is not trivial.
+    assert np.all(np.diff(long["test_loss"][0], axis=-1) != 0)
+
+
+def assert_same_run(actual: dict, expected: dict, label=""):
+    """Bit-identical outputs, except ``test_loss`` to float32 rounding: the evaluation's logits
+    are a matmul (Dense), which XLA sums in an order that depends on the vmapped batch shape
+    (measured: 1-ulp differences in the loss; the training, and so the accuracy, stay exact)."""
+    assert actual.keys() == expected.keys()
+    for name, value in expected.items():
+        if name == "test_loss":
+            np.testing.assert_allclose(actual[name], value, **TOL, err_msg=f"{label} {name}")
+        else:
+            np.testing.assert_array_equal(actual[name], value, f"{label} {name}")
+
+
+def test_seed_and_configuration_batching_invariance(digits):
+    """Each (configuration, seed) run alone gives what it gives in the batch of 3 × 4, and
+    what it gives next to other configurations."""
+    batched, hparams, rate, keys = (digits[k] for k in ("batched", "hparams", "rate", "keys"))
+    together = fields(digits["out"])
+    for c in range(3):
+        one = {k: v[c : c + 1] for k, v in hparams.items()}
+        for s in range(len(DIGIT_SEEDS)):
+            alone = fields(batched(keys[s : s + 1], one, rate[c : c + 1]))
+            alone = {k: v[0, 0] for k, v in alone.items()}
+            assert_same_run({k: v[c, s] for k, v in together.items()}, alone, f"{c}/{s}")
+    # Configuration 0 next to other learning rates and partitions.
+    others = {
+        **hparams,
+        "learning_rate": np.array([0.5, 0.9, 0.05], np.float32),
+        "partition": np.array([0, 1, 1], np.int32),
+    }
+    mixed = fields(batched(keys, others, rate))
+    assert_same_run({k: v[0] for k, v in together.items()}, {k: v[0] for k, v in mixed.items()})
+    assert not np.array_equal(together["accuracy"][1], mixed["accuracy"][1])
+
+
+def test_learner_does_not_change_selections(digits):
+    plain = make_batched_run(
+        make_run(digits["env"], digits["env_params"], digits["policy"], ROUNDS)
+    )
+    without = fields(plain(digits["keys"], digits["hparams"], digits["rate"]))
+    with_fl = fields(digits["out"])
+    assert {"selection_count", "round_time"} <= without.keys()
+    for name, value in without.items():  # selections, round times, queues: all of them
+        np.testing.assert_array_equal(with_fl[name], value, name)
+
+
+def test_partition_hyperparameter_picks_the_partition(digits, single_partition):
+    """Configurations reading partitions 0 and 1 of the P = 2 data, in one batch, equal runs on
+    single-partition data."""
+    together = fields(digits["out"])
+    for p, c in ((0, 0), (1, 2)):  # the configurations with learning rate 0.5
+        expected = {k: v[c] for k, v in together.items()}
+        for name in ("accuracy", "test_loss"):  # evaluated every 10 rounds there
+            expected[name] = expected[name][:, ::2]
+        assert_same_run(expected, single_partition[p], f"partition {p}")
+    # The partitions train different models.
+    assert not np.array_equal(together["accuracy"][0], together["accuracy"][2])
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. Bad options
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("epochs", 0),
+        ("epochs", 1.5),
+        ("batch_size", 0),
+        ("batch_size", 2.5),
+        ("batch_size", "10"),
+        ("slots", 0),
+        ("slots", N + 1),
+        ("aggregation", "median"),
+        ("num_servers", 0),
+        ("global_every", 0),
+    ],
+)
+def test_bad_learner_options_raise(option, value):
+    with pytest.raises(ValueError, match=option):
+        make_learner(MODEL, SHAPE, N, **{option: value})
+
+
+@pytest.mark.parametrize("eval_every", [3, 0, 2.5])
+def test_eval_every_must_divide_num_rounds(eval_every):
+    learner = _learner(**STD)
+    env = RbcsfEnv()
+    with pytest.raises(ValueError, match="eval_every"):
+        make_run(
+            env,
+            make_params(N),
+            get("random").build(N, 2),
+            10,
+            learner=learner,
+            eval_every=eval_every,
+        )
