@@ -178,8 +178,9 @@ def bytes_per_fl_run(
     models = num_params * (4 * slots + 3 * num_servers + 4)  # start, trained, grads, averages
     training = 3 * activations * batch_size * slots  # forward and backward activations
     evaluation = activations * EVAL_BATCH
-    selection = sweep.bytes_per_run(num_rounds, num_clients, slots, False) // 4
-    return 4 * (models + max(training, evaluation)) * 2 + 4 * selection
+    selection = sweep.bytes_per_run(num_rounds, num_clients, slots, False)
+    # float32, ×2 for XLA temporaries, plus the selection run's own footprint.
+    return 2 * 4 * (models + max(training, evaluation)) + selection
 
 
 # --------------------------------------------------------------------------- running
