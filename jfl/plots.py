@@ -1,10 +1,17 @@
-"""Paper-style figures with confidence bands over seeds (matplotlib, Agg backend)."""
+"""Paper-style figures with confidence bands over seeds (matplotlib).
+
+Figures are written to files with the non-interactive Agg backend, except inside a Jupyter
+kernel, whose inline backend is left alone so that notebooks still show their own figures.
+"""
 
 from __future__ import annotations
 
+import sys
+
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd

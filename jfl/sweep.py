@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
 from jfl.policies import get as get_policy
 

@@ -330,7 +330,7 @@ def _find_files(name, data_dir, files, *, subdirs, plain_or_gz, source) -> Path:
             f"dataset {name!r} needs a data directory (data_dir, --data-dir on the command line) "
             f"holding {listing}. {source} Nothing is downloaded."
         )
-    root = Path(data_dir)
+    root = Path(data_dir).expanduser()
     if not root.is_dir():
         raise DatasetError(f"data directory {root} for dataset {name!r} does not exist")
 
