@@ -194,6 +194,32 @@ def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
+def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset:
+    """Add ``oracle_utility`` [config, seed, round]: the Oracle's utility in the same scenario.
+
+    Each configuration is paired with the ``oracle`` configuration that has the same values of
+    the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
+    metrics subtract from (COCS §VI). Unchanged if no configuration runs the Oracle.
+    """
+    policy = ds["policy"].to_numpy()
+    if "oracle" not in policy:
+        return ds
+    names = [name for name in scenario if name in ds.coords]
+    values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
+    oracle_rows = np.flatnonzero(policy == "oracle")
+    match = []
+    for config in range(ds.sizes["config"]):
+        if values is None:
+            match.append(oracle_rows[0])
+            continue
+        same = (values[oracle_rows] == values[config]).all(axis=1)
+        if not same.any():
+            raise ValueError(f"no oracle configuration shares the scenario of config {config}")
+        match.append(oracle_rows[np.flatnonzero(same)[0]])
+    oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
+    return ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
+
+
 def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.DataFrame:
     """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``."""
     metrics = run_metrics(ds)

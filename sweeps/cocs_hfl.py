@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     ds = results.to_dataset(
         outputs, configs.drop(columns="queue_rate"), np.arange(settings["seeds"])
     )
-    ds = attach_oracle(ds)
+    ds = results.attach_oracle(ds)
     metadata = sweep.run_metadata(manifest, wall_seconds=wall)
     metadata["utility"] = {"mnist": "eq. 8 (linear)", "cifar": "eq. 19 (square root)"}[
         settings["preset"]
@@ -192,23 +192,6 @@ def main(argv=None) -> int:
         )
     )
     return 0
-
-
-def attach_oracle(ds):
-    """``oracle_utility`` [config, seed, round]: the Oracle's utility in the same scenario."""
-    import numpy as np
-
-    policy = ds["policy"].to_numpy()
-    if "oracle" not in policy:
-        return ds
-    scenario = np.stack([ds["budget"].to_numpy(), ds["deadline"].to_numpy()], axis=1)
-    oracle_rows = np.flatnonzero(policy == "oracle")
-    match = [
-        oracle_rows[np.flatnonzero((scenario[oracle_rows] == scenario[c]).all(axis=1))[0]]
-        for c in range(ds.sizes["config"])
-    ]
-    oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
-    return ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
 
 
 def write_figures(ds, summary, folder) -> None:

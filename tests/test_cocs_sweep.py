@@ -13,7 +13,7 @@ import xarray as xr
 
 from jfl.envs.hfl import HflEnv, preset_params
 from jfl.policies import Policy
-from jfl.results import load_dataset, summarize
+from jfl.results import attach_oracle, load_dataset, summarize
 from jfl.runner import make_run
 from tests.cli_helpers import load_script, run_cli
 
@@ -197,12 +197,12 @@ def test_attach_oracle_matches_budget_and_deadline_by_hand():
         },
     )
     oracle_row = [4, 5, 3, 3, 4, 5, 4]  # by hand
-    attached = cli.attach_oracle(ds)
+    attached = attach_oracle(ds)
     assert attached["oracle_utility"].dims == ("config", "seed", "round")
     np.testing.assert_array_equal(attached["oracle_utility"].to_numpy(), utility[oracle_row])
     np.testing.assert_array_equal(attached["utility"].to_numpy(), utility)
     without = ds.isel(config=[0, 1, 6])
-    assert "oracle_utility" not in cli.attach_oracle(without)
+    assert "oracle_utility" not in attach_oracle(without)
 
 
 def test_summary_without_oracle_has_no_regret(tiny_run):
