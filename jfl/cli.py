@@ -62,6 +62,26 @@ def check_common_args(args) -> None:
         at_least("chunk-size", chunk)
 
 
+def check_hfl_scenario(args) -> tuple[list[float], list[float]]:
+    """The hfl sweeps' ``--clients``/``--servers`` check and their ``--budget`` and ``--deadline``
+    lists (the ``--preset``'s values when not given), each finite and > 0."""
+    import math
+
+    from jfl.envs.hfl import PRESETS
+    from jfl.sweep import parse_values
+
+    at_least("clients", args.clients)
+    if not 1 <= args.servers <= args.clients:
+        raise ValueError(f"--servers must be in [1, --clients={args.clients}], got {args.servers}")
+    preset = PRESETS[args.preset]
+    budget = parse_values(args.budget or str(preset["budget"]), "budget")
+    deadline = parse_values(args.deadline or str(preset["deadline"]), "deadline")
+    for name, values in (("budget", budget), ("deadline", deadline)):
+        if any(not 0 < v < math.inf for v in values):
+            raise ValueError(f"--{name} must be finite and > 0, got {values}")
+    return budget, deadline
+
+
 def common_settings(args) -> dict:
     """The settings of ``add_seed_args`` / ``add_output_args`` flags, for the manifest."""
     return {

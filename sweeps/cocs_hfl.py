@@ -24,8 +24,8 @@ import sys
 from jfl.cli import (
     add_output_args,
     add_seed_args,
-    at_least,
     check_common_args,
+    check_hfl_scenario,
     common_settings,
     format_table,
     parse_policies,
@@ -64,21 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(args) -> dict:
     """Validate every flag before anything is compiled; returns the resolved settings."""
-    from jfl.envs.hfl import PRESETS
     from jfl.sweep import parse_values
 
     check_common_args(args)
-    at_least("clients", args.clients)
-    if not 1 <= args.servers <= args.clients:
-        raise ValueError(f"--servers must be in [1, --clients={args.clients}], got {args.servers}")
+    budget, deadline = check_hfl_scenario(args)
     if not 0 <= args.p_cover <= 1:
         raise ValueError(f"--p-cover must be in [0, 1], got {args.p_cover}")
-    preset = PRESETS[args.preset]
-    budget = parse_values(args.budget or str(preset["budget"]), "budget")
-    deadline = parse_values(args.deadline or str(preset["deadline"]), "deadline")
-    for name, values in (("budget", budget), ("deadline", deadline)):
-        if any(not 0 < v < math.inf for v in values):
-            raise ValueError(f"--{name} must be finite and > 0, got {values}")
     h_t = parse_values(args.h_T, "h-T")
     if any(not (1 <= v <= 10 and v == math.floor(v)) for v in h_t):
         raise ValueError(f"--h-T must be integers in [1, 10], got {h_t}")

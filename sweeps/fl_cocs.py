@@ -27,6 +27,7 @@ from jfl.cli import (
     add_seed_args,
     at_least,
     check_common_args,
+    check_hfl_scenario,
     common_settings,
     parse_policies,
 )
@@ -70,21 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(args) -> dict:
     """Validate every flag before anything is loaded or compiled; returns the settings."""
-    from jfl.envs.hfl import PRESETS
-    from jfl.sweep import parse_values
-
     check_common_args(args)
-    at_least("clients", args.clients)
+    budget, deadline = check_hfl_scenario(args)
     at_least("labels-per-client", args.labels_per_client)
     at_least("global-every", args.global_every)
-    if not 1 <= args.servers <= args.clients:
-        raise ValueError(f"--servers must be in [1, --clients={args.clients}], got {args.servers}")
-    preset = PRESETS[args.preset]
-    budget = parse_values(args.budget or str(preset["budget"]), "budget")
-    deadline = parse_values(args.deadline or str(preset["deadline"]), "deadline")
-    for name, values in (("budget", budget), ("deadline", deadline)):
-        if any(not 0 < v < math.inf for v in values):
-            raise ValueError(f"--{name} must be finite and > 0, got {values}")
     return {
         "policies": parse_policies(args.policies, "hfl"),
         "budget": budget,
