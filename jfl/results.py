@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from jfl.runner import PER_CLIENT, PER_EVALUATION, PER_ROUND, PER_RUN, TRAJECTORY
+from jfl.envs import ENVIRONMENTS
+from jfl.runner import output_dims
 from jfl.stats import interval, jain_index
 
 HEADLINE_METRICS = (
@@ -57,25 +58,30 @@ ACCURACY_METRICS = (
 )
 
 
-def to_dataset(outputs: Mapping[str, np.ndarray], configs: pd.DataFrame, seeds) -> xr.Dataset:
-    """Arrays with leading axes [config, seed] and a config table -> labelled Dataset."""
+def to_dataset(
+    outputs: Mapping[str, np.ndarray],
+    configs: pd.DataFrame,
+    seeds,
+    dims: Mapping[str, tuple[str, ...]] | None = None,
+) -> xr.Dataset:
+    """Arrays with leading axes [config, seed] and a config table -> labelled Dataset.
+
+    ``dims`` gives each output's dims after [config, seed] (``jfl.runner.output_dims``); by
+    default those of the runner's core, learner and trajectory outputs and of the per-round
+    metrics every environment in ``jfl.envs.ENVIRONMENTS`` declares.
+    """
+    if dims is None:
+        dims = {}
+        for env_type in ENVIRONMENTS.values():
+            dims.update(output_dims(env_type(), learner=True, trajectories=True))
     seeds = np.asarray(seeds)
     data_vars = {}
     for name, value in outputs.items():
-        value = np.asarray(value)
-        if name in PER_ROUND:
-            dims = ("config", "seed", "round")
-        elif name in PER_CLIENT:
-            dims = ("config", "seed", "client")
-        elif name in PER_RUN:
-            dims = ("config", "seed")
-        elif name in TRAJECTORY:
-            dims = ("config", "seed", "round", "client")
-        elif name in PER_EVALUATION:
-            dims = ("config", "seed", "eval")
-        else:
-            raise ValueError(f"unknown output {name!r}")
-        data_vars[name] = (dims, value)
+        if name not in dims:
+            raise ValueError(
+                f"unknown output {name!r}: not among the declared outputs {sorted(dims)}"
+            )
+        data_vars[name] = (("config", "seed", *dims[name]), np.asarray(value))
     first = np.asarray(next(iter(outputs.values())))
     coords = {"config": np.arange(len(configs)), "seed": seeds}
     if "round_time" in outputs:

@@ -6,60 +6,145 @@ style). ``make_batched_run`` vmaps it over seeds (inner) and configurations (out
 ``jit``; every hyperparameter is traced, so a whole grid shares one compiled program per shape.
 
 Outputs are sized for large grids: per-round scalars and per-client totals. Full per-client
-trajectories are recorded only when asked (``trajectories=True``).
+trajectories are recorded only when asked (``trajectories=True``). ``RunOutput`` holds the core
+outputs (``CORE_OUTPUTS``) as fields and everything declared elsewhere (the environment's
+``round_metrics``, ``LEARNER_OUTPUTS``, ``TRAJECTORY_OUTPUTS``) in ``extras``; ``output_dims``
+gives the dims of every output a run returns.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfl.envs import ENVIRONMENTS
+from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
 from jfl.kernels import virtual_queue_update
 from jfl.kernels.reduce import pairwise_mean
 from jfl.policies.base import Policy
 
+# Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc). The
+# environment declares its own per-round metrics (``Environment.round_metrics``).
+CORE_OUTPUTS = {
+    "round_time": Metric((ROUND,), "max realised time over the selected clients (eq. 1)"),
+    "num_selected": Metric((ROUND,), "|S_t|, the number of selected clients"),
+    "queue_mean": Metric((ROUND,), "mean over clients of the fairness queue Z after round t"),
+    "queue_max": Metric((ROUND,), "max over clients of Z after round t"),
+    "selection_count": Metric((CLIENT,), "pull record: selections of each client in T rounds"),
+    "final_queue": Metric((CLIENT,), "Z after round T"),
+    "last_unmet_round": Metric(
+        (), "last round with count_n(t) < t·rate_n for some client n (0: none)"
+    ),
+}
+# With a federated learner (``make_run(..., learner=...)``).
+LEARNER_OUTPUTS = {
+    "wall_clock": Metric((ROUND,), "simulated time at the end of round t"),
+    "num_delivered": Metric((ROUND,), "trained models that reached their server"),
+    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T"),
+    "test_loss": Metric((EVAL,), "test loss at the same rounds"),
+    "untrained": Metric((), "selections beyond the learner's slots (should be 0)"),
+}
+# With ``trajectories=True``.
+TRAJECTORY_OUTPUTS = {
+    "selected": Metric((ROUND, CLIENT), "the selection S_t as a mask"),
+    "queue": Metric((ROUND, CLIENT), "the fairness queue Z after round t"),
+}
 
-class RunOutput(NamedTuple):
-    round_time: jax.Array  # f[T]  max realised time over the selected clients (eq. 1)
-    num_selected: jax.Array  # i[T]  |S_t|
-    queue_mean: jax.Array  # f[T]  mean over clients of the fairness queue Z after round t
-    queue_max: jax.Array  # f[T]  max over clients of Z after round t
-    selection_count: jax.Array  # i[N]  pull record after T rounds
-    final_queue: jax.Array  # f[N]  Z after round T
-    last_unmet_round: jax.Array  # i[]  last round with count_n(t) < t·rate_n for some n (0: none)
-    set_reward: jax.Array | None = None  # f[T]  r(S(t)), environments that report it (wireless)
-    num_failed: jax.Array | None = None  # i[T]  selected clients that hit τ_max (wireless)
-    utility: jax.Array | None = None  # f[T]  (1/M)·Σ successful clients (hfl, COCS eq. 8)
-    num_success: jax.Array | None = None  # i[T]  selected clients received before the deadline
-    wall_clock: jax.Array | None = None  # f[T]  simulated time at the end of round t (FL runs)
-    num_delivered: jax.Array | None = None  # i[T]  trained models that reached their server
-    accuracy: jax.Array | None = None  # f[E]  test accuracy at rounds 0, k, 2k, …, T (FL runs)
-    test_loss: jax.Array | None = None  # f[E]  test loss at the same rounds
-    untrained: jax.Array | None = None  # i[]  selections beyond the learner's slots (should be 0)
-    selected: jax.Array | None = None  # bool[T, N]  only with trajectories=True
-    queue: jax.Array | None = None  # f[T, N]  only with trajectories=True
+
+class _RunOutputFields(NamedTuple):
+    round_time: jax.Array  # f[T]
+    num_selected: jax.Array  # i[T]
+    queue_mean: jax.Array  # f[T]
+    queue_max: jax.Array  # f[T]
+    selection_count: jax.Array  # i[N]
+    final_queue: jax.Array  # f[N]
+    last_unmet_round: jax.Array  # i[]
+    extras: dict[str, jax.Array]  # everything else the run records (see ``output_dims``)
 
 
-PER_ROUND = (
-    "round_time",
-    "num_selected",
-    "queue_mean",
-    "queue_max",
-    "set_reward",
-    "num_failed",
-    "utility",
-    "num_success",
-    "wall_clock",
-    "num_delivered",
-)
-PER_CLIENT = ("selection_count", "final_queue")
-PER_RUN = ("last_unmet_round", "untrained")
-PER_EVALUATION = ("accuracy", "test_loss")
-TRAJECTORY = ("selected", "queue")
+class RunOutput(_RunOutputFields):
+    """What ``run`` returns: the core outputs (``CORE_OUTPUTS``) and a dict of ``extras``.
+
+    ``extras`` holds the environment's declared ``round_metrics``, the learner's outputs and the
+    trajectories, as this run records them; ``output_dims`` gives every name's dims. Extras read
+    as attributes too (``out.set_reward``); ``arrays()`` (also ``_asdict()``) is the flat dict
+    of all outputs. An output that only other runs record (another environment's metric, the
+    learner's outputs without a learner, trajectories without ``trajectories=True``) reads as
+    None, an unknown name raises AttributeError.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        extras = _RunOutputFields.extras.__get__(self)
+        if name in extras:
+            return extras[name]
+        if not name.startswith("_") and name in _optional_outputs():
+            return None
+        raise AttributeError(f"{type(self).__name__} has no output {name!r}")
+
+    def arrays(self) -> dict[str, jax.Array]:
+        """All outputs as one flat dict: the core ones, then the extras."""
+        core = {name: getattr(self, name) for name in CORE_OUTPUTS}
+        return {**core, **self.extras}
+
+    # Code written for the flat output tuple iterates ``_asdict()``.
+    _asdict = arrays
+
+
+def _optional_outputs() -> set[str]:
+    names = {*LEARNER_OUTPUTS, *TRAJECTORY_OUTPUTS}
+    for env_type in ENVIRONMENTS.values():
+        names.update(env_type.round_metrics)
+    return names
+
+
+def output_dims(
+    env: Environment, *, learner: bool = False, trajectories: bool = False
+) -> dict[str, tuple[str, ...]]:
+    """Dims (after the leading [config, seed] axes) of every output ``run`` returns.
+
+    Each is a tuple of "round", "client" and "eval" (the evaluations of a federated run), or
+    () for one value per run; in the order of ``RunOutput.arrays()``.
+    """
+    tables = [CORE_OUTPUTS, env.round_metrics]
+    if learner:
+        tables.append(LEARNER_OUTPUTS)
+    if trajectories:
+        tables.append(TRAJECTORY_OUTPUTS)
+    dims = {}
+    for table in tables:
+        for name, metric in table.items():
+            if name in dims:
+                raise ValueError(f"output {name!r} is declared twice")
+            dims[name] = tuple(metric.dims)
+    return dims
+
+
+class Training(NamedTuple):
+    """The learner's part of the scan carry (federated runs)."""
+
+    model: Any  # the learner's state
+    clock: jax.Array  # f[]  simulated time
+    untrained: jax.Array  # i[]  selections left untrained so far
+
+
+class Carry(NamedTuple):
+    """State carried from one round to the next by ``lax.scan``."""
+
+    obs: Any  # this round's observation
+    env_state: Any
+    policy_state: Any
+    queue: jax.Array  # f[N]  fairness queue Z
+    count: jax.Array  # i[N]  selections so far
+    last_unmet: jax.Array  # i[]  last round with an unmet rate
+    training: Training | None  # None without a learner
 
 
 def run_keys(key, learner: bool = False):
@@ -72,7 +157,7 @@ def run_keys(key, learner: bool = False):
 
 
 def make_run(
-    env,
+    env: Environment,
     env_params,
     policy: Policy,
     num_rounds: int,
@@ -91,16 +176,18 @@ def make_run(
     per client) for every policy (for RBCS-F with ``queue_rate = β`` and CS-UCB-Q with
     ``queue_rate = c`` it is the policy's own queue), so that baselines are measured on the same
     scale. ``env_hparams`` names fields of ``env_params`` that are taken from ``hparams`` instead,
-    so that they are traced per configuration (e.g. the wireless ``availability``). Environments
-    with a ``round_metrics(feedback)`` method add those per-round scalars to the output.
+    so that they are traced per configuration (e.g. the wireless ``availability``). The
+    environment's declared ``round_metrics`` are recorded every round (``output_dims`` lists
+    every output and its dims).
 
     With a ``learner`` (``jfl.fl.make_learner``) the run also trains a model: each round the
-    selected clients train, the models the environment ``delivered`` (all selected ones if it
-    has no such method) are aggregated, and the simulated wall-clock advances by the round
-    time; the test accuracy is evaluated at round 0 and every ``eval_every`` rounds (default:
-    only at the end; it must divide ``num_rounds``). ``run`` then takes the
-    ``jfl.fl.FederatedData`` as its fourth argument.
+    selected clients train, the models the environment ``delivered`` are aggregated, and the
+    simulated wall-clock advances by the round time; the test accuracy is evaluated at round 0
+    and every ``eval_every`` rounds (default: only at the end; it must divide ``num_rounds``).
+    ``run`` then takes the ``jfl.fl.FederatedData`` as its fourth argument.
     """
+    if not isinstance(env, Environment):
+        raise TypeError(f"env must be a jfl.envs.Environment, got {type(env).__name__}")
     if not isinstance(num_rounds, int | np.integer) or num_rounds < 1:
         raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
     fields = {f.name for f in dataclasses.fields(env_params)}
@@ -118,8 +205,11 @@ def make_run(
                 f"eval_every must be an integer >= 1 that divides num_rounds={num_rounds}, "
                 f"got {eval_every!r}"
             )
-    round_metrics = getattr(env, "round_metrics", None)
-    delivered_fn = getattr(env, "delivered", None)
+    extra_names = [
+        name
+        for name in output_dims(env, learner=learner is not None, trajectories=trajectories)
+        if name not in CORE_OUTPUTS
+    ]
 
     def run(key, hparams, queue_rate, data=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)
@@ -133,22 +223,24 @@ def make_run(
         count = jnp.zeros(num_clients, jnp.int32)
         last_unmet = jnp.asarray(0, jnp.int32)
         target = jnp.broadcast_to(queue_rate, (num_clients,))
+        # Shape-only checks, at trace time.
+        chex.assert_rank(obs.available, {1, 2})
         training = None
         if learner is not None:
             k_model, k_train = jax.random.split(k_learn[0])
-            # (model, simulated clock, selections left untrained)
-            training = (
-                learner.init(k_model, data, hparams),
-                jnp.zeros((), jnp.result_type(float)),
-                jnp.asarray(0, jnp.int32),
+            training = Training(
+                model=learner.init(k_model, data, hparams),
+                clock=jnp.zeros((), jnp.result_type(float)),
+                untrained=jnp.asarray(0, jnp.int32),
             )
 
-        def one_round(carry, xs):
+        def one_round(carry: Carry, xs):
             obs, env_state, policy_state, queue, count, last_unmet, training = carry
             k_select, k_step, t, *k_train_t = xs
             action = policy.select(k_select, policy_state, obs, hparams)
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
+            chex.assert_shape(feedback.round_time, ())
             policy_state = policy.update(policy_state, obs, action, feedback, hparams)
             # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
             selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
@@ -165,25 +257,26 @@ def make_run(
                 "queue_mean": pairwise_mean(queue),
                 "queue_max": jnp.max(queue),
             }
-            if round_metrics is not None:
-                per_round.update(round_metrics(feedback))
+            per_round.update(_round_metrics(env, feedback, num_clients))
             if training is not None:
-                model, clock, untrained = training
-                delivered = selected if delivered_fn is None else delivered_fn(action, feedback)
+                delivered = env.delivered(action, feedback)
                 model, learned = learner.step(
-                    k_train_t[0], model, action, delivered, t, data, hparams
+                    k_train_t[0], training.model, action, delivered, t, data, hparams
                 )
-                clock = clock + feedback.round_time
-                training = (model, clock, untrained + learned["untrained"])
-                per_round["wall_clock"] = clock
+                training = Training(
+                    model=model,
+                    clock=training.clock + feedback.round_time,
+                    untrained=training.untrained + learned["untrained"],
+                )
+                per_round["wall_clock"] = training.clock
                 per_round["num_delivered"] = learned["num_delivered"]
             if trajectories:
                 per_round["selected"] = selected
                 per_round["queue"] = queue
-            carry = (next_obs, env_state, policy_state, queue, count, last_unmet, training)
+            carry = Carry(next_obs, env_state, policy_state, queue, count, last_unmet, training)
             return carry, per_round
 
-        carry = (obs, env_state, policy_state, queue, count, last_unmet, training)
+        carry = Carry(obs, env_state, policy_state, queue, count, last_unmet, training)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
         keys = jax.random.split(k_rounds, (num_rounds, 2))
         rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
@@ -199,25 +292,44 @@ def make_run(
 
             def block(carry, xs_block):
                 carry, per_round = jax.lax.scan(one_round, carry, xs_block)
-                return carry, (per_round, learner.evaluate(carry[-1][0], data))
+                return carry, (per_round, learner.evaluate(carry.training.model, data))
 
-            initial = learner.evaluate(training[0], data)
+            initial = learner.evaluate(training.model, data)
             carry, (per_round, evaluation) = jax.lax.scan(block, carry, xs)
             per_round = jax.tree.map(lambda a: a.reshape(num_rounds, *a.shape[2:]), per_round)
             evaluation = jax.tree.map(
                 lambda first, rest: jnp.concatenate([first[None], rest]), initial, evaluation
             )
-            evaluation["untrained"] = carry[-1][2]
-        *_, queue, count, last_unmet, _ = carry
+            evaluation["untrained"] = carry.training.untrained
+        recorded = {**per_round, **evaluation}
         return RunOutput(
-            selection_count=count,
-            final_queue=queue,
-            last_unmet_round=last_unmet,
-            **per_round,
-            **evaluation,
+            round_time=recorded["round_time"],
+            num_selected=recorded["num_selected"],
+            queue_mean=recorded["queue_mean"],
+            queue_max=recorded["queue_max"],
+            selection_count=carry.count,
+            final_queue=carry.queue,
+            last_unmet_round=carry.last_unmet,
+            # An OrderedDict keeps the declared order through jit (a dict's keys come back sorted).
+            extras=collections.OrderedDict((name, recorded[name]) for name in extra_names),
         )
 
     return run
+
+
+def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, jax.Array]:
+    """The environment's declared per-round metrics, checked against the declaration."""
+    values = env.compute_round_metrics(feedback)
+    if set(values) != set(env.round_metrics):
+        raise ValueError(
+            f"{type(env).__name__}.compute_round_metrics returned {sorted(values)}, "
+            f"but round_metrics declares {sorted(env.round_metrics)}"
+        )
+    sizes = {CLIENT: num_clients}
+    for name, metric in env.round_metrics.items():
+        shape = tuple(sizes.get(dim) for dim in metric.dims[1:])
+        chex.assert_shape(values[name], shape, custom_message=f"round metric {name!r}")
+    return {name: values[name] for name in env.round_metrics}
 
 
 def make_batched_run(run, data=None):

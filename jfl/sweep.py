@@ -272,7 +272,7 @@ def run_chunked(
 
     # Shapes of one configuration's outputs, to validate stored chunks before computing anything.
     shapes = jax.eval_shape(batched, keys, *chunk_inputs(chunk_rows(0)[2]))
-    per_config = {k: v.shape[1:] for k, v in shapes._asdict().items() if v is not None}
+    per_config = {k: v.shape[1:] for k, v in shapes.arrays().items()}
     finished = {}
     if store is not None:
         for index in range(num_chunks):
@@ -294,7 +294,8 @@ def run_chunked(
                 qr = jax.device_put(qr, config_sharding)
                 k_in = jax.device_put(keys, replicated)
             output = batched(k_in, hp, qr)
-            chunk = {name: np.asarray(getattr(output, name))[: stop - start] for name in per_config}
+            arrays = output.arrays()
+            chunk = {name: np.asarray(arrays[name])[: stop - start] for name in per_config}
             if store is not None:
                 store.save(label, index, chunk)
         results.append(chunk)

@@ -7,14 +7,19 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import ClassVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
-from jfl.envs import RbcsfEnv
+from jfl import results
+from jfl.envs import Environment, Metric, RbcsfEnv
+from jfl.envs.rbcsf import Feedback
 from jfl.policies import get
-from jfl.runner import make_batched_run, make_run, seed_keys
+from jfl.runner import RunOutput, make_batched_run, make_run, output_dims, seed_keys
 from jfl.sweep import ChunkStore, run_chunked
 
 N, M, T, SEEDS = 12, 3, 30, 3
@@ -37,6 +42,14 @@ def setup():
     hparams["beta"][1] = 0.0
     keys = seed_keys(3, np.arange(SEEDS))
     return env, params, policy, batched, hparams, keys
+
+
+@pytest.fixture(scope="module")
+def with_trajectories(setup):
+    """The setup's grid run once more, with trajectories (one compiled program for the tests)."""
+    env, params, policy, _, hparams, keys = setup
+    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True))
+    return batched(keys, hparams, hparams["beta"])
 
 
 def _alone(batched, keys, hparams, i):
@@ -133,11 +146,9 @@ def test_corrupt_chunk_is_reported_before_computing(setup, tmp_path):
         run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
 
 
-def test_trajectories_are_consistent_with_summaries(setup):
+def test_trajectories_are_consistent_with_summaries(with_trajectories):
     """Per-client trajectories agree with the per-round scalars and per-client totals."""
-    env, params, policy, _, hparams, keys = setup
-    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True))
-    out = batched(keys, hparams, hparams["beta"])
+    out = with_trajectories
     selected = np.asarray(out.selected)
     queue = np.asarray(out.queue)
     np.testing.assert_array_equal(selected.sum(axis=2), np.asarray(out.selection_count))
@@ -200,13 +211,13 @@ def _last_unmet_reference(selected, rate):
     return last.max(axis=2)
 
 
-def test_last_unmet_round_matches_numpy_for_rbcsf(setup):
+def test_last_unmet_round_matches_numpy_for_rbcsf(setup, with_trajectories):
     """rbcsf (scalar queue_rate β): last_unmet_round is the last t with count_n(t) < t·β."""
-    env, params, policy, _, hparams, keys = setup
-    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True))
-    out = batched(keys, hparams, hparams["beta"])
+    env, _, _, _, hparams, _ = setup
+    out = with_trajectories
     last = np.asarray(out.last_unmet_round)
     np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, hparams["beta"]))
+    assert list(out.arrays()) == list(output_dims(env, trajectories=True))
     assert out.set_reward is None and out.num_failed is None  # rbcsf has no round_metrics
     assert (last[1] == 0).all()  # β = 0 is met from the first round on
     assert last.max() > 0 and last.min() < T  # not a trivial case
@@ -230,6 +241,7 @@ def test_last_unmet_round_matches_numpy_for_cs_ucb_q_vector_rate():
     assert last.max() > 0
     assert np.asarray(out.set_reward).shape == (4, 3, 150)
     assert np.asarray(out.num_failed).dtype.kind == "i"
+    assert list(out.arrays()) == list(output_dims(env, trajectories=True))
 
 
 def test_env_hparams_availability_is_traced_per_configuration():
@@ -320,17 +332,17 @@ def test_make_run_rejects_unknown_env_hparams():
 
 
 def test_run_keys_reset_key_gives_the_run_layout():
-    """seed_layouts (run_keys' reset key) gives the distances the run's environment uses."""
+    """run_keys' reset key gives the distances the run's environment uses (what the CS-UCB
+    experiments' seed_layouts computes its benchmarks on)."""
     from jfl.envs import WirelessEnv
     from jfl.envs.wireless import make_params
     from jfl.runner import run_keys
-    from jfl.wireless_sweep import seed_layouts
 
     env = WirelessEnv()
     num_clients, m, rounds = 5, 2, 40
     params = make_params(num_clients, tau_max=0.5)
     keys = seed_keys(11, np.arange(3))
-    layouts = seed_layouts(env, params, keys)
+    layouts = np.asarray(jax.vmap(lambda k: env.layout(run_keys(k)[0], params))(keys))
     assert layouts.shape == (3, num_clients)
     assert len(np.unique(layouts, axis=0)) == 3  # a fresh layout per seed
     for s in range(3):
@@ -368,3 +380,128 @@ def test_last_unmet_round_counts_an_exactly_met_rate_as_met():
     out = run(seed_keys(0, [0])[0], {}, 0.6)
     assert int(out.selection_count[0]) == 30  # 30 / 50 = 0.6: target_met in run_metrics
     assert int(out.last_unmet_round) == 0
+
+
+# --------------------------------------------------------------------------- declared outputs
+
+
+class SlowestEnv(RbcsfEnv):
+    """RbcsfEnv with two more per-round metrics: all it takes is this class."""
+
+    round_metrics: ClassVar[dict] = {
+        "num_slow": Metric(("round",), "selected clients slower than 10 s"),
+        "time": Metric(("round", "client"), "realised time of each client (0 if unselected)"),
+    }
+
+    def compute_round_metrics(self, feedback: Feedback):
+        return {"num_slow": jnp.sum(feedback.time > 10.0, dtype=jnp.int32), "time": feedback.time}
+
+
+def test_a_new_round_metric_is_one_subclass(setup):
+    """A subclass declaring metrics gets them from make_run and labelled by to_dataset; the
+    other outputs are the parent environment's, bit for bit."""
+    _, params, policy, batched, hparams, keys = setup
+    env = SlowestEnv()
+    one = {k: v[2:3] for k, v in hparams.items()}
+    out = make_batched_run(make_run(env, params, policy, T))(keys, one, one["beta"])
+    assert list(out.extras) == ["num_slow", "time"]
+    assert out.num_slow.shape == (1, SEEDS, T) and out.time.shape == (1, SEEDS, T, N)
+    parent = batched(keys, one, one["beta"])
+    assert not parent.extras
+    for name, value in parent.arrays().items():
+        np.testing.assert_array_equal(np.asarray(getattr(out, name)), value, name)
+    time = np.asarray(out.time)
+    np.testing.assert_array_equal(out.num_slow, (time > 10).sum(-1))
+    np.testing.assert_array_equal(out.round_time, time.max(-1))
+
+    configs = pd.DataFrame({"policy": ["rbcsf"], "V": one["V"]})
+    ds = results.to_dataset(out.arrays(), configs, np.arange(SEEDS), output_dims(env))
+    assert ds["num_slow"].dims == ("config", "seed", "round")
+    assert ds["time"].dims == ("config", "seed", "round", "client")
+    np.testing.assert_array_equal(ds["time"].to_numpy(), time)
+    assert ds.sizes == {"config": 1, "seed": SEEDS, "round": T, "client": N}
+    # Without the dims, only the registered environments' outputs are known.
+    with pytest.raises(ValueError, match="unknown output 'num_slow'"):
+        results.to_dataset(out.arrays(), configs, np.arange(SEEDS))
+
+
+def test_round_metrics_must_match_their_declaration():
+    """Undeclared or missing metrics, or the wrong shape, fail when the run is traced."""
+    params = RbcsfEnv().default_params(num_clients=4)
+    policy = get("random").build(4, 2)
+
+    class Undeclared(RbcsfEnv):
+        def compute_round_metrics(self, feedback):
+            return {"extra": feedback.round_time}
+
+    class WrongShape(RbcsfEnv):
+        round_metrics: ClassVar[dict] = {"time": Metric(("round",), "f[N] in fact")}
+
+    for env, error in ((Undeclared(), ValueError), (WrongShape(), AssertionError)):
+        run = make_run(env, params, policy, 3)
+        with pytest.raises(error):
+            jax.eval_shape(run, jax.random.key(0), {}, 0.0)
+
+
+def test_output_dims():
+    """Core outputs, then the environment's metrics, the learner's and the trajectories."""
+    from jfl.envs import HflEnv, WirelessEnv
+
+    core = {
+        "round_time": ("round",),
+        "num_selected": ("round",),
+        "queue_mean": ("round",),
+        "queue_max": ("round",),
+        "selection_count": ("client",),
+        "final_queue": ("client",),
+        "last_unmet_round": (),
+    }
+    assert output_dims(RbcsfEnv()) == core
+    assert output_dims(WirelessEnv()) == {
+        **core,
+        "set_reward": ("round",),
+        "num_failed": ("round",),
+    }
+    assert output_dims(HflEnv(), learner=True, trajectories=True) == {
+        **core,
+        "utility": ("round",),
+        "num_success": ("round",),
+        "wall_clock": ("round",),
+        "num_delivered": ("round",),
+        "accuracy": ("eval",),
+        "test_loss": ("eval",),
+        "untrained": (),
+        "selected": ("round", "client"),
+        "queue": ("round", "client"),
+    }
+
+    class Clash(RbcsfEnv):
+        round_metrics: ClassVar[dict] = {"queue_max": Metric(("round",), "already a core output")}
+
+    with pytest.raises(ValueError, match="queue_max"):
+        output_dims(Clash())
+
+
+def test_run_output_attribute_access():
+    """Extras read as attributes; outputs only other runs record read as None; others raise."""
+    core = {name: np.zeros(1) for name in output_dims(RbcsfEnv())}
+    out = RunOutput(**core, extras={"set_reward": np.ones(2)})
+    np.testing.assert_array_equal(out.set_reward, np.ones(2))
+    assert out.utility is None and out.accuracy is None and out.selected is None
+    with pytest.raises(AttributeError, match="bogus"):
+        out.bogus  # noqa: B018
+    assert not hasattr(out, "__array__")
+    assert list(out.arrays()) == [*core, "set_reward"]
+    assert out._asdict() == out.arrays()
+    leaves, tree = jax.tree.flatten(out)
+    assert len(leaves) == 8 and isinstance(jax.tree.unflatten(tree, leaves), RunOutput)
+
+
+def test_make_run_needs_an_environment():
+    class Duck:
+        def reset(self, key, params):
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="Environment"):
+        make_run(Duck(), RbcsfEnv().default_params(num_clients=4), get("random").build(4, 2), 3)
+    assert isinstance(RbcsfEnv(), Environment)

@@ -1,26 +1,26 @@
 """Pure client simulators with explicit ``params``/``state`` pytrees (gymnax style)."""
 
-from jfl.envs import hfl, rbcsf, wireless
+from jfl.envs import channel, hfl, rbcsf, wireless
+from jfl.envs.base import Environment, Metric
 from jfl.envs.hfl import HflEnv, HflParams, HflState
 from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfParams, RbcsfState
 from jfl.envs.wireless import WirelessEnv, WirelessParams, WirelessState
 
-ENVIRONMENTS = {"rbcsf": RbcsfEnv, "wireless": WirelessEnv, "hfl": HflEnv}
-
-
-def make(name: str):
-    """Environment object by name."""
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {name!r}; choose one of {sorted(ENVIRONMENTS)}")
-    return ENVIRONMENTS[name]()
+ENVIRONMENTS: dict[str, type[Environment]] = {
+    "rbcsf": RbcsfEnv,
+    "wireless": WirelessEnv,
+    "hfl": HflEnv,
+}
 
 
 __all__ = [
     "ENVIRONMENTS",
+    "Environment",
     "Feedback",
     "HflEnv",
     "HflParams",
     "HflState",
+    "Metric",
     "Observation",
     "RbcsfEnv",
     "RbcsfParams",
@@ -28,8 +28,8 @@ __all__ = [
     "WirelessEnv",
     "WirelessParams",
     "WirelessState",
+    "channel",
     "hfl",
-    "make",
     "rbcsf",
     "wireless",
 ]

@@ -35,13 +35,15 @@ holds the current round's conditions, the uplink fading included (unobserved by 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.envs import channel
+from jfl.envs.base import Environment, Metric
 from jfl.envs.rbcsf import _check_range
 
 # Table I and §VI-A of the paper (MNIST: logistic regression, strongly convex utility; CIFAR-10:
@@ -157,14 +159,6 @@ def _range(name, value):
     return low, high
 
 
-def _snr_db(distance, shadowing_db, bandwidth, tx_power_dbm, noise_psd, pl_intercept, pl_slope):
-    """Unit-fading SNR in dB; works on NumPy and JAX arrays alike (distance km, bandwidth MHz)."""
-    xp = jnp if isinstance(distance, jax.Array) else np
-    path_loss = pl_intercept + pl_slope * xp.log10(distance)
-    noise = noise_psd + 10.0 * xp.log10(bandwidth * 1e6)
-    return tx_power_dbm + shadowing_db - path_loss - noise
-
-
 def default_rate_range(model_size: float, deadline: float) -> tuple[float, float]:
     """Scaling bounds (Mbit/s) of the download-rate context: [0, 20·a / deadline].
 
@@ -277,26 +271,15 @@ def preset_params(name: str, **overrides) -> HflParams:
 
 def mean_snr(distance, shadowing_db, bandwidth, params: HflParams):
     """Unit-fading SNR (linear) of pairs at ``distance`` km, shadowing dB, bandwidth MHz."""
-    snr_db = _snr_db(
-        distance,
-        shadowing_db,
-        bandwidth,
-        params.tx_power_dbm,
-        params.noise_psd_dbm_hz,
-        params.path_loss_intercept,
-        params.path_loss_slope,
-    )
-    return 10.0 ** (snr_db / 10.0)
-
-
-def _spectral_efficiency(snr, fading):
-    return jnp.log1p(snr * fading) / math.log(2.0)  # log2(1 + snr g), accurate for small snr g
+    path_loss = channel.path_loss_db(distance, params.path_loss_intercept, params.path_loss_slope)
+    noise = channel.noise_dbm(params.noise_psd_dbm_hz, bandwidth * 1e6)
+    return channel.unit_snr(params.tx_power_dbm, path_loss, noise, shadowing_db)
 
 
 def download_rate(distance, shadowing_db, fading_down, bandwidth, params: HflParams):
     """``b c_DT`` in Mbit/s, f[..., N, M] (``bandwidth`` f[..., N])."""
     b = bandwidth[..., None]
-    return b * _spectral_efficiency(mean_snr(distance, shadowing_db, b, params), fading_down)
+    return b * channel.spectral_efficiency(mean_snr(distance, shadowing_db, b, params), fading_down)
 
 
 def pair_times(
@@ -310,8 +293,8 @@ def pair_times(
     b, y = bandwidth[..., None], computation[..., None]
     snr = mean_snr(distance, shadowing_db, b, params)
     a = params.model_size
-    down = a / (b * _spectral_efficiency(snr, fading_down))
-    up = a / (b * _spectral_efficiency(snr, fading_up))
+    down = a / (b * channel.spectral_efficiency(snr, fading_down))
+    up = a / (b * channel.spectral_efficiency(snr, fading_up))
     return down + params.workload / y + up
 
 
@@ -324,7 +307,7 @@ def success_probability(state: HflState, params: HflParams):
     b, y = state.bandwidth[..., None], state.computation[..., None]
     snr = mean_snr(state.distance, state.shadowing_db, b, params)
     a = params.model_size
-    down = a / (b * _spectral_efficiency(snr, state.fading_down))
+    down = a / (b * channel.spectral_efficiency(snr, state.fading_down))
     slack = params.deadline - down - params.workload / y
     positive = slack > 0
     threshold = a / (b * jnp.where(positive, slack, 1.0))  # c_UT needed
@@ -364,7 +347,7 @@ def _num_uniform_columns(params: HflParams) -> int:
     return 5 * params.num_servers + 2
 
 
-class HflEnv:
+class HflEnv(Environment):
     """Stateless environment; all randomness comes from the keys passed in."""
 
     name = "hfl"
@@ -382,6 +365,11 @@ class HflEnv:
         "utility",
         "num_success",
     )
+    # Recorded every round (the Feedback fields of the same names).
+    round_metrics: ClassVar[dict[str, Metric]] = {
+        "utility": Metric(("round",), "(1/M) sum of X over the selected pairs (COCS eq. 8)"),
+        "num_success": Metric(("round",), "selected clients received before the deadline"),
+    }
 
     def default_params(self, preset: str = "mnist", **overrides) -> HflParams:
         return preset_params(preset, **overrides)
@@ -477,7 +465,3 @@ class HflEnv:
         """bool[N]: the client's update reached its ES before the deadline (COCS eq. 7's X)."""
         del action
         return jnp.any(feedback.success, axis=-1)
-
-    def round_metrics(self, feedback: Feedback) -> dict:
-        """Per-round scalars the runner records besides the round time."""
-        return {"utility": feedback.utility, "num_success": feedback.num_success}

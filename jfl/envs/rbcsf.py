@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.envs.base import Environment
+
 
 @struct.dataclass
 class RbcsfParams:
@@ -136,8 +138,11 @@ def _dot3(a, b):
     return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
 
 
-class RbcsfEnv:
-    """Stateless environment; all randomness comes from the keys passed in."""
+class RbcsfEnv(Environment):
+    """Stateless environment; all randomness comes from the keys passed in.
+
+    No per-round metrics besides the runner's own (round time, selections, queues).
+    """
 
     name = "rbcsf"
     # Fields of Observation and Feedback, for policy compatibility checks.

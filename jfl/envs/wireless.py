@@ -20,13 +20,15 @@ Distances are drawn once per run, uniformly over the area of the annulus
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.envs import channel
+from jfl.envs.base import Environment, Metric
 from jfl.envs.rbcsf import _check_range
 
 PRESETS = {
@@ -189,12 +191,15 @@ def preset_params(name: str, **overrides) -> WirelessParams:
 
 def mean_snr(distance, params: WirelessParams):
     """p · 10^(-PL/10) / σ²: the SNR for unit fading gain at ``distance`` metres."""
-    path_loss_db = params.path_loss_intercept + params.path_loss_slope * jnp.log10(distance / 1e3)
-    return 10.0 ** ((params.tx_power_dbm - params.noise_dbm - path_loss_db) / 10.0)
+    path_loss = channel.path_loss_db(
+        distance / 1e3, params.path_loss_intercept, params.path_loss_slope
+    )
+    # (p − σ²) − PL in dB: σ² folded into the power, one rounding as the paper's numbers need.
+    return channel.unit_snr(params.tx_power_dbm - params.noise_dbm, path_loss)
 
 
 def _transfer_time(bits, snr, fading, bandwidth):
-    rate = jnp.log2(1.0 + snr * fading)
+    rate = channel.spectral_efficiency(snr, fading, accurate=False)
     # bits = 0 (nothing to send) takes no time even through a zero-gain fade (0/0 otherwise).
     return jnp.where(bits > 0, bits / (bandwidth * rate), 0.0)
 
@@ -228,12 +233,17 @@ def draw_distance(key, params: WirelessParams):
     return jnp.sqrt(inner2 + (outer2 - inner2) * u)
 
 
-class WirelessEnv:
+class WirelessEnv(Environment):
     """Stateless environment; all randomness comes from the keys passed in."""
 
     name = "wireless"
     # Fields of Observation and Feedback, for policy compatibility checks.
     provides = ("available", "time", "reward", "round_time", "set_reward", "num_failed")
+    # Recorded every round (the Feedback fields of the same names).
+    round_metrics: ClassVar[dict[str, Metric]] = {
+        "set_reward": Metric(("round",), "r(S(t)) = min_{k in S(t)} r_k(t), 0 if none selected"),
+        "num_failed": Metric(("round",), "selected clients that hit tau_max (update lost)"),
+    }
 
     def default_params(self, preset: str = "ideal", **overrides) -> WirelessParams:
         return preset_params(preset, **overrides)
@@ -282,10 +292,6 @@ class WirelessEnv:
     def delivered(self, action, feedback: Feedback):
         """Selected clients whose model update arrived: a client that hits τ_max has failed."""
         return action & ~feedback.failed
-
-    def round_metrics(self, feedback: Feedback) -> dict:
-        """Per-round scalars the runner records besides round time and queues."""
-        return {"set_reward": feedback.set_reward, "num_failed": feedback.num_failed}
 
 
 def reward_statistics(key, params: WirelessParams, distance, num_samples: int = 100_000):

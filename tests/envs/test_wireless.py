@@ -385,11 +385,11 @@ def test_step_feedback():
 
 
 def test_round_metrics():
-    """round_metrics reports the set reward and the failure count of the feedback."""
+    """The declared round metrics are the set reward and the failure count of the feedback."""
     params = make_params(4, distance=100.0)
     _, state = RESET(jax.random.key(100), params)
     _, _, fb = STEP(jax.random.key(101), state, jnp.array([1, 0, 1, 0], bool), params)
-    metrics = ENV.round_metrics(fb)
-    assert set(metrics) == {"set_reward", "num_failed"}
+    metrics = ENV.compute_round_metrics(fb)
+    assert list(metrics) == list(ENV.round_metrics) == ["set_reward", "num_failed"]
     assert float(metrics["set_reward"]) == float(fb.set_reward)
     assert int(metrics["num_failed"]) == int(fb.num_failed)
