@@ -18,7 +18,10 @@ Prints, for the same machine and the same run:
      (``jfl.reference.numpy_cocs.cocs_numpy_loop``), the same way as 1;
   6. the budgeted assignment solver: time per round (one jitted instance) for N = 50 and 10^4
      clients, and its optimality ratio against the exact MILP on random paper-like instances;
-  7. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  7. the sweep driver's marginal throughput (``sweeps/v_beta_grid.py``'s ``jfl.driver.run``: the
+     difference of an 8192- and a 1024-run sweep, RBCS-F only, 64 seeds) beside the bare
+     runner's best batch throughput, and their ratio;
+  8. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
 No number here is asserted anywhere; README records a table from this script.
 """
 
@@ -40,13 +43,14 @@ from jfl.envs import RbcsfEnv, WirelessEnv
 from jfl.envs.wireless import preset_params
 from jfl.kernels import divide_and_conquer
 from jfl.policies import get
+from jfl.prng import use_unrolled_threefry_on_cpu
 from jfl.reference.numpy_rbcsf import p4_objective, p4_prefix_heap, rbcsf_numpy_loop
 from jfl.reference.numpy_wireless import wireless_numpy_loop
 from jfl.runner import make_batched_run, make_run, seed_keys
 
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
-SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment")
+SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment", "driver")
 N_HFL, M_HFL = 50, 3
 
 
@@ -202,6 +206,30 @@ def chunked_throughput(num_configs: int, chunk_configs: int, rounds: int, seeds:
     return num_configs * seeds * rounds / (time.perf_counter() - start)
 
 
+def driver_seconds(num_runs: int, rounds: int, seeds: int = 64) -> float:
+    """Wall-clock seconds of ``jfl.driver.run`` on a v_beta_grid sweep of ``num_runs`` runs
+    (RBCS-F over a V grid, ``seeds`` seeds), from checks to files written."""
+    import tempfile
+
+    from jfl import driver
+    from jfl.experiments import VBetaGrid
+
+    configs = num_runs // seeds
+    with tempfile.TemporaryDirectory() as out:
+        config = VBetaGrid(
+            policies=("rbcsf",),
+            V=tuple(np.linspace(0.0, 50.0, configs).tolist()),
+            seeds=seeds,
+            rounds=rounds,
+            out=out,
+            plots=False,
+            quiet=True,
+        )
+        start = time.perf_counter()
+        driver.run(config)
+        return time.perf_counter() - start
+
+
 def kernel_times(sizes, repeats: int = 5):
     rng = np.random.default_rng(0)
     rows = []
@@ -263,6 +291,8 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--sections: unknown {unknown}; choose from {SECTIONS}")
 
+    # What every sweep does (jfl.driver): the same random bits, without JAX's rolled CPU loop.
+    use_unrolled_threefry_on_cpu()
     print(f"machine: {machine()}")
     rounds = 100 if args.quick else T
     batches = (64, 256) if args.quick else (64, 1024, 8192)
@@ -333,6 +363,19 @@ def main(argv=None) -> int:
             rate, first = jfl_cocs_throughput(batch, cocs_rounds)
             ratio = rate / cocs_numpy
             print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+
+    if "driver" in sections:
+        small, large = (256, 1024) if args.quick else (1024, 8192)
+        print(f"\n7. sweep driver (v_beta_grid, RBCS-F, 64 seeds, T={rounds}) vs the bare runner")
+        bare = max(jfl_throughput(batch, rounds)[0] for batch in (256, 1024, 2048, 8192))
+        seconds = {runs: driver_seconds(runs, rounds) for runs in (small, large)}
+        marginal = (large - small) * rounds / (seconds[large] - seconds[small])
+        print(f"{'bare runner, best batch':<40}{bare:>18,.0f}")
+        print(
+            f"{f'driver, {large} − {small} runs':<40}{marginal:>18,.0f}"
+            f"   ({seconds[small]:.1f} s and {seconds[large]:.1f} s)"
+        )
+        print(f"{'driver / bare runner':<40}{marginal / bare:>18.2f}")
 
     if "assignment" in sections:
         from jfl.reference.milp_assignment import optimality_ratios

@@ -1,164 +1,164 @@
-"""Command-line plumbing shared by the sweep scripts in ``sweeps/``.
+"""Command lines generated from typed experiment configs (tyro).
 
-Every script validates all of its flags before importing JAX or compiling anything, resolves the
-chunk size, prepares (or resumes) its output directory, runs, and writes the same set of files:
-``summary.csv``, ``results.nc``, ``metadata.json`` and ``figures/``.
+A sweep script is ``sys.exit(jfl.cli.main(SomeExperiment))``: every field of the frozen config
+dataclass is a flag (``p_available`` → ``--p-available``, booleans get ``--x/--no-x``), with its
+default and help text from the field's docstring. List fields take ``1,10,20``, ``1 10 20`` or
+an inclusive range ``start:stop:count``.
+
+Bad input gets one line, ``<prog>: error: <message>``, and exit status 2, before anything
+compiles: tyro's own parse errors (a word where a number belongs) are folded into that line, and
+so is every ``ValueError`` of the config's checks and of the driver's preparation.
+
+tyro rather than hand-written argparse: the flags, their types, defaults and help come from the
+config's annotations and field docstrings, so the config is the single declaration of an
+experiment's settings, and variants that override a base config inherit its flags.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from collections.abc import Callable
+import contextlib
+import io
+import math
+import re
+import sys
 from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from jfl.sweep import parse_values
+
+_BOX = re.compile(r"[╭╮╰╯│─]+")
 
 
-def add_seed_args(group, seeds: int, rounds: int) -> None:
-    group.add_argument("--seeds", type=int, default=seeds, help="number of seeds per configuration")
-    group.add_argument("--base-seed", type=int, default=0, help="root of the seed keys")
-    group.add_argument("--rounds", type=int, default=rounds, help="rounds T")
+def _joined(args) -> str:
+    return ",".join(a.strip().strip(",") for a in args if a.strip().strip(","))
 
 
-def add_output_args(parser: argparse.ArgumentParser, default_out: str) -> None:
-    run = parser.add_argument_group("execution and output")
-    run.add_argument(
-        "--chunk-size",
-        default="auto",
-        help="configurations per chunk, or 'auto' to fit --memory-budget",
+def _floats_from_args(args) -> tuple[float, ...]:
+    return tuple(parse_values(_joined(args), "value"))
+
+
+def _gamma_from_args(args) -> tuple[float, ...]:
+    """Numbers > 0 or ``iid`` (γ → ∞)."""
+    return tuple(parse_gamma(_joined(args)))
+
+
+def _names_from_args(args) -> tuple[str, ...]:
+    names = tuple(n for n in _joined(args).split(",") if n)
+    if not names:
+        raise ValueError("no names given")
+    return names
+
+
+def _format_number(value: float) -> str:
+    return "iid" if math.isinf(value) else f"{value:g}"
+
+
+def _list_constructor(from_args, metavar: str, number: bool):
+    fmt = _format_number if number else str
+    return tyro.constructors.PrimitiveConstructorSpec(
+        nargs="+",
+        metavar=metavar,
+        instance_from_str=from_args,
+        is_instance=lambda value: isinstance(value, tuple),
+        str_from_instance=lambda value: [",".join(fmt(v) for v in value)],
     )
-    run.add_argument("--memory-budget", type=float, default=1024, help="MiB per chunk (auto)")
-    run.add_argument("--out", default=default_out, help=f"output directory ({default_out})")
-    run.add_argument("--resume", action="store_true", help="continue a sweep in --out")
-    run.add_argument("--overwrite", action="store_true", help="replace a sweep in --out")
-    run.add_argument(
-        "--trajectories", action="store_true", help="also store per-client per-round arrays"
-    )
-    run.add_argument("--ci", choices=("t", "bootstrap"), default="t", help="interval method")
-    run.add_argument("--no-plots", action="store_true", help="skip the figures")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def at_least(name: str, value, low=1) -> None:
-    if value < low:
-        raise ValueError(f"--{name} must be an integer >= {low}, got {value}")
+# List flags: ``1,10,20``, ``1 10 20`` or ``start:stop:count``.
+Floats = Annotated[tuple[float, ...], _list_constructor(_floats_from_args, "LIST", True)]
+# Concentrations γ > 0 with ``iid`` for the IID limit (stored as inf).
+Concentrations = Annotated[tuple[float, ...], _list_constructor(_gamma_from_args, "LIST|iid", True)]
+# Comma- or space-separated names (policies).
+Names = Annotated[tuple[str, ...], _list_constructor(_names_from_args, "NAMES", False)]
 
 
-def check_common_args(args) -> None:
-    """Seeds, rounds, output and execution flags (raises ValueError naming the flag)."""
-    at_least("seeds", args.seeds)
-    at_least("rounds", args.rounds)
-    at_least("base-seed", args.base_seed, 0)
-    if not args.memory_budget > 0:
-        raise ValueError(f"--memory-budget must be > 0 MiB, got {args.memory_budget}")
-    if args.resume and args.overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
-    if args.chunk_size != "auto":
+def parse_gamma(text: str, name: str = "--gamma1") -> list[float]:
+    """``"1,10,iid"`` → [1.0, 10.0, inf] (IID is the γ → ∞ limit)."""
+    values = []
+    for item in (v.strip() for v in str(text).split(",")):
+        if not item:
+            continue
+        if item.lower() == "iid":
+            values.append(math.inf)
+            continue
         try:
-            chunk = int(args.chunk_size)
+            value = float(item)
         except ValueError:
-            raise ValueError(
-                f"--chunk-size must be a positive integer or 'auto', got {args.chunk_size!r}"
-            ) from None
-        at_least("chunk-size", chunk)
+            raise ValueError(f"{name}: expected numbers > 0 or 'iid', got {item!r}") from None
+        if not 0 < value < math.inf:
+            raise ValueError(f"{name} must be > 0 (or 'iid'), got {value}")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{name}: no values given")
+    return values
 
 
-def check_hfl_scenario(args) -> tuple[list[float], list[float]]:
-    """The hfl sweeps' ``--clients``/``--servers`` check and their ``--budget`` and ``--deadline``
-    lists (the ``--preset``'s values when not given), each finite and > 0."""
-    import math
+def _one_line(text: str) -> str:
+    """The message of tyro's error panel as one line: its title, then its first paragraph.
 
-    from jfl.envs.hfl import PRESETS
-    from jfl.sweep import parse_values
-
-    at_least("clients", args.clients)
-    if not 1 <= args.servers <= args.clients:
-        raise ValueError(f"--servers must be in [1, --clients={args.clients}], got {args.servers}")
-    preset = PRESETS[args.preset]
-    budget = parse_values(args.budget or str(preset["budget"]), "budget")
-    deadline = parse_values(args.deadline or str(preset["deadline"]), "deadline")
-    for name, values in (("budget", budget), ("deadline", deadline)):
-        if any(not 0 < v < math.inf for v in values):
-            raise ValueError(f"--{name} must be finite and > 0, got {values}")
-    return budget, deadline
-
-
-def common_settings(args) -> dict:
-    """The settings of ``add_seed_args`` / ``add_output_args`` flags, for the manifest."""
-    return {
-        "seeds": args.seeds,
-        "base_seed": args.base_seed,
-        "rounds": args.rounds,
-        "chunk_size": args.chunk_size,
-        "memory_budget_mib": args.memory_budget,
-        "trajectories": args.trajectories,
-    }
+    The panel is drawn with box characters on a terminal and as a title over a rule of dashes
+    otherwise (captured or redirected output); either way the message may wrap over lines.
+    """
+    lines = [_BOX.sub(" ", line).strip() for line in text.splitlines()]
+    while lines and not lines[0]:
+        lines.pop(0)
+    if not lines:
+        return "invalid arguments"
+    if lines[0].startswith("usage"):
+        return next(line for line in reversed(lines) if line)
+    title, message, rest = lines[0], [], lines[1:]
+    for line in rest:
+        rule = not line or set(line) <= set("-")
+        if rule and message:
+            break
+        if not rule:
+            message.append(line)
+    if not message:
+        return title
+    message = " ".join(message)
+    return message if message.lower().startswith(title.lower()) else f"{title.lower()}: {message}"
 
 
-def parse_policies(text: str, environment: str) -> list[str]:
-    """Comma-separated registered policy names that can run on ``environment``."""
-    from jfl.envs import ENVIRONMENTS
-    from jfl.policies import REGISTRY
-
-    policies = [p.strip() for p in text.split(",") if p.strip()]
-    for name in policies:
-        if name not in REGISTRY:
-            raise ValueError(f"--policies: unknown policy {name!r}; choose from {sorted(REGISTRY)}")
-        try:
-            REGISTRY[name].check_environment(ENVIRONMENTS[environment])
-        except ValueError as err:
-            raise ValueError(f"--policies: {err}") from None
-    return policies
+def fail(prog: str, message: str) -> None:
+    """One line on stderr, exit status 2 (argparse's convention)."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
-def resolve_chunk_size(chunk_size: str, largest_group: int, seeds: int, per_run_bytes: int, mib):
-    """``--chunk-size`` as an int: given, or the most configurations fitting ``mib`` MiB."""
-    import jax
-
-    from jfl import sweep
-
-    if chunk_size == "auto":
-        return sweep.auto_chunk_size(
-            largest_group, seeds, per_run_bytes, int(mib * 2**20), jax.device_count()
-        )
-    return sweep._round_up(int(chunk_size), jax.device_count())
-
-
-def prepare(parser, args, settings: dict, chunk_size: int) -> tuple[Path, dict]:
-    """Write or check the manifest in ``--out`` (exits with status 2 on a clash)."""
-    import jax
-
-    from jfl import sweep
-
-    # The resolved chunk size is part of the manifest: resuming with the same chunks is what makes
-    # a resumed sweep bit-identical to an uninterrupted one.
-    manifest = {**settings, "chunk_size": chunk_size, "devices": jax.device_count()}
-    out = Path(args.out)
+def parse(config_type, argv=None, prog: str | None = None):
+    """The config that ``argv`` describes (``--help`` prints the flags and exits 0)."""
+    prog = prog or Path(sys.argv[0]).name
+    captured = io.StringIO()
     try:
-        sweep.prepare_out_dir(out, manifest, resume=args.resume, overwrite=args.overwrite)
-    except ValueError as err:
-        parser.error(str(err))
-    return out, manifest
+        with contextlib.redirect_stderr(captured):
+            return tyro.cli(
+                config_type,
+                args=list(sys.argv[1:] if argv is None else argv),
+                prog=prog,
+                description=config_type.__doc__,
+            )
+    except SystemExit as exit:
+        if exit.code:
+            fail(prog, _one_line(captured.getvalue()))
+        sys.stderr.write(captured.getvalue())
+        raise
 
 
-def write_outputs(
-    ds,
-    out: Path,
-    metadata: dict,
-    ci: str,
-    figures: Callable | None = None,
-):
-    """results.nc, summary.csv, metadata.json and (unless ``figures`` is None) the figures."""
-    from jfl import results
+def main(config_type, argv=None, prog: str | None = None) -> int:
+    """Parse, check and run one experiment from the command line; print its summary."""
+    from jfl import driver
 
-    results.write_dataset(ds, out / "results.nc", metadata)
-    summary = results.summarize(ds, method=ci)
-    summary.to_csv(out / "summary.csv", index=False)
-    (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
-    if figures is not None:
-        folder = out / "figures"
-        folder.mkdir(parents=True, exist_ok=True)
-        figures(ds, summary, folder)
-    return summary
+    prog = prog or Path(sys.argv[0]).name
+    config = parse(config_type, argv, prog)
+    try:
+        result = driver.run(config)
+    except ValueError as err:  # bad settings, or a corrupt stored chunk found while resuming
+        fail(prog, str(err))
+    print(result.describe())
+    print(format_table(result.summary, config.summary_columns))
+    return 0
 
 
 def format_table(summary, columns, max_rows: int = 20) -> str:

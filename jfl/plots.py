@@ -1,23 +1,24 @@
 """Paper-style figures with confidence bands over seeds (matplotlib).
 
-Figures are written to files with the non-interactive Agg backend, except inside a Jupyter
-kernel, whose inline backend is left alone so that notebooks still show their own figures.
+Figures are ``matplotlib.figure.Figure`` objects saved to files, never pyplot's global figures,
+so they work under whatever backend the caller has (none is selected here; a notebook's inline
+backend stays as it is).
 """
 
 from __future__ import annotations
 
-import sys
-
-import matplotlib
-
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import xarray as xr
+from matplotlib.figure import Figure
 
 from jfl.stats import mean_ci
+
+
+def _subplots(*args, **kwargs):
+    """A figure outside pyplot (no backend, no global state) and its axes."""
+    fig = Figure(figsize=kwargs.pop("figsize", None))
+    return fig, fig.subplots(*args, **kwargs)
 
 
 def band(ax, x, samples, label=None, level=0.95, **kwargs):
@@ -62,7 +63,7 @@ def plot_over_rounds(
     """One banded line per configuration of ``variable`` [config, seed, round]."""
     varying = varying_hparams(ds)
     configs = _select_configs(ds, max_lines) if configs is None else configs
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _subplots(figsize=(6.4, 4.2))
     x = ds["round"].to_numpy()
     for config in configs:
         samples = ds[variable].sel(config=config).transpose("seed", "round").to_numpy()
@@ -76,14 +77,13 @@ def plot_over_rounds(
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_pull_record(ds, path, configs=None, max_lines=12):
     """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4)."""
     varying = varying_hparams(ds)
     configs = _select_configs(ds, max_lines) if configs is None else configs
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _subplots(figsize=(6.4, 4.2))
     x = np.arange(1, ds.sizes["client"] + 1)
     for config in configs:
         counts = ds["selection_count"].sel(config=config).transpose("seed", "client").to_numpy()
@@ -95,13 +95,12 @@ def plot_pull_record(ds, path, configs=None, max_lines=12):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
     """Heatmap of a summary metric over two hyperparameters (mean over any others)."""
     table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig, ax = _subplots(figsize=(6.4, 4.8))
     image = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(table.columns)), [f"{v:g}" for v in table.columns], rotation=45)
     ax.set_yticks(range(len(table.index)), [f"{v:g}" for v in table.index])
@@ -111,7 +110,6 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     fig.colorbar(image, ax=ax, label=metric)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None, title=None):
@@ -120,7 +118,7 @@ def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None
     Other varying columns would mix several configurations into one point, so every remaining
     hyperparameter combination gets its own line.
     """
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _subplots(figsize=(6.4, 4.2))
     others = [
         c
         for c in _label_columns(summary)
@@ -143,7 +141,6 @@ def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _label_columns(summary: pd.DataFrame) -> list[str]:
@@ -163,7 +160,7 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
     varying = varying_hparams(ds)
     configs = _select_configs(ds, max_lines) if configs is None else configs
     num_clients = ds.sizes["client"]
-    fig, axes = plt.subplots(
+    fig, axes = _subplots(
         1, num_clients, figsize=(3.2 * num_clients, 3.6), sharey=True, squeeze=False
     )
     fraction = running_selection_fraction(ds)
@@ -183,7 +180,6 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_accuracy(
@@ -204,7 +200,7 @@ def plot_accuracy(
     varying = varying_hparams(ds, exclude=exclude)
     configs = _select_configs(ds, max_lines) if configs is None else configs
     rounds = ds["eval"].to_numpy()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = _subplots(figsize=(6.4, 4.2))
     for config in configs:
         c = ds.sel(config=config)
         samples = c["accuracy"].transpose("seed", "eval").to_numpy()
@@ -224,4 +220,3 @@ def plot_accuracy(
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -27,24 +27,6 @@ HEADLINE_METRICS = (
     "jain_index",
     "selected_per_round",
 )
-# Regret metrics of CS-UCB / CS-UCB-Q (SPEC §4), for environments that report r(S(t)).
-REGRET_METRICS = (
-    "mean_set_reward",
-    "regret",
-    "cumulative_gap",
-    "average_gap",
-    "failed_clients",
-)
-# Utility metrics of COCS (SPEC §4), for environments that report the per-round utility (hfl):
-# eq. 8 (strongly convex) and its square root, eq. 19 (non-convex), and regret against the Oracle
-# when an ``oracle_utility`` variable [config, seed, round] is present.
-UTILITY_METRICS = (
-    "cumulative_utility",
-    "cumulative_utility_sqrt",
-    "success_per_round",
-    "regret_vs_oracle",
-    "regret_vs_oracle_sqrt",
-)
 # Convergence to the guaranteed rates (β, or c per client in a ``rate_target`` variable).
 TARGET_METRICS = ("target_met", "rounds_to_target")
 # Federated training (SPEC §4): final test accuracy, and rounds and simulated wall-clock time to
@@ -103,29 +85,18 @@ def to_dataset(
     return xr.Dataset(data_vars, coords=coords)
 
 
-def performance_gap(ds: xr.Dataset) -> xr.DataArray:
-    """Θ(t) = τ_max (t·r_bench − Σ_{s≤t} r(S(s))) per (config, seed, round) (Xia et al. §V-B).
-
-    ``r_bench`` is the ``benchmark_reward`` variable: μ(S*) of eq. (13) for CS-UCB, r* of the
-    linear program (23) for CS-UCB-Q; ``tau_max`` comes from the dataset's attributes.
-    """
-    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
-    regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).cumsum("round")
-    return (float(ds.attrs["tau_max"]) * regret).transpose("config", "seed", "round")
-
-
 def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
     """Fraction of the rounds so far in which each client was selected (needs trajectories)."""
     rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
     return ds["selected"].astype(float).cumsum("round") / rounds
 
 
-def run_metrics(ds: xr.Dataset) -> xr.Dataset:
+def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
     """Headline metrics of SPEC §4 for every (config, seed).
 
     The guaranteed rate is a per-client ``rate_target`` variable (CS-UCB-Q's c) when present,
-    the config's ``queue_rate`` otherwise. Datasets with ``set_reward`` also get the regret
-    metrics (the gap needs a ``benchmark_reward`` variable and a ``tau_max`` attribute).
+    the config's ``queue_rate`` otherwise. ``extra(ds) -> {name: DataArray}`` adds an
+    experiment's own metrics (regret, utility, …) after these.
     """
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
@@ -133,51 +104,29 @@ def run_metrics(ds: xr.Dataset) -> xr.Dataset:
         target = ds["rate_target"]
     else:
         target = ds["queue_rate"] if "queue_rate" in ds.coords else xr.zeros_like(rate)
-    metrics = {
-        "mean_round_time": ds["round_time"].mean("round"),
-        "total_time": ds["round_time"].sum("round"),
-        "final_queue_mean": ds["final_queue"].mean("client"),
-        "final_queue_max": ds["final_queue"].max("client"),
-        "min_selection_rate": rate.min("client"),
-        "max_rate_violation": np.maximum(target - rate, 0.0).max("client"),
-        "jain_index": xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
-        "selected_per_round": ds["num_selected"].mean("round"),
-        # Fraction of seeds (once averaged) whose every client meets its rate after T rounds.
-        "target_met": (rate >= target).all("client").astype(float),
-    }
+    metrics = {}
+    if "accuracy" in ds:
+        metrics.update(accuracy_metrics(ds))
+    metrics.update(
+        {
+            "mean_round_time": ds["round_time"].mean("round"),
+            "total_time": ds["round_time"].sum("round"),
+            "final_queue_mean": ds["final_queue"].mean("client"),
+            "final_queue_max": ds["final_queue"].max("client"),
+            "min_selection_rate": rate.min("client"),
+            "max_rate_violation": np.maximum(target - rate, 0.0).max("client"),
+            "jain_index": xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
+            "selected_per_round": ds["num_selected"].mean("round"),
+            # Fraction of seeds (once averaged) whose every client meets its rate after T rounds.
+            "target_met": (rate >= target).all("client").astype(float),
+        }
+    )
     if "last_unmet_round" in ds:
         # 1: met from the first round on; T + 1: not met at the end.
         metrics["rounds_to_target"] = (ds["last_unmet_round"] + 1).astype(float)
-    if "set_reward" in ds:
-        metrics["mean_set_reward"] = ds["set_reward"].mean("round")
-        metrics["failed_clients"] = ds["num_failed"].sum("round").astype(float)
-        if "benchmark_reward" in ds:
-            # float64 sums: over thousands of rounds float32 loses seconds of Θ.
-            regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).sum(
-                "round"
-            )
-            metrics["regret"] = regret
-            metrics["cumulative_gap"] = float(ds.attrs["tau_max"]) * regret
-            metrics["average_gap"] = metrics["cumulative_gap"] / rounds
-    if "utility" in ds:
-        utility = ds["utility"].astype(np.float64)
-        metrics["cumulative_utility"] = utility.sum("round")
-        metrics["cumulative_utility_sqrt"] = np.sqrt(utility).sum("round")
-        metrics["success_per_round"] = ds["num_success"].mean("round")
-        if "oracle_utility" in ds:
-            oracle = ds["oracle_utility"].astype(np.float64)
-            metrics["regret_vs_oracle"] = (oracle - utility).sum("round")
-            metrics["regret_vs_oracle_sqrt"] = (np.sqrt(oracle) - np.sqrt(utility)).sum("round")
-    if "accuracy" in ds:
-        metrics.update(accuracy_metrics(ds))
-    order = [
-        *ACCURACY_METRICS,
-        *HEADLINE_METRICS,
-        *TARGET_METRICS,
-        *REGRET_METRICS,
-        *UTILITY_METRICS,
-    ]
-    return xr.Dataset({k: metrics[k] for k in order if k in metrics})
+    if extra is not None:
+        metrics.update(extra(ds))
+    return xr.Dataset(metrics)
 
 
 def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
@@ -200,35 +149,15 @@ def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
-def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset:
-    """Add ``oracle_utility`` [config, seed, round]: the Oracle's utility in the same scenario.
+def summarize(
+    ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None
+) -> pd.DataFrame:
+    """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``.
 
-    Each configuration is paired with the ``oracle`` configuration that has the same values of
-    the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
-    metrics subtract from (COCS §VI). Unchanged if no configuration runs the Oracle.
+    ``metrics(ds) -> {name: DataArray[config, seed]}`` adds an experiment's own metrics after
+    the generic ones of :func:`run_metrics`.
     """
-    policy = ds["policy"].to_numpy()
-    if "oracle" not in policy:
-        return ds
-    names = [name for name in scenario if name in ds.coords]
-    values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
-    oracle_rows = np.flatnonzero(policy == "oracle")
-    match = []
-    for config in range(ds.sizes["config"]):
-        if values is None:
-            match.append(oracle_rows[0])
-            continue
-        same = (values[oracle_rows] == values[config]).all(axis=1)
-        if not same.any():
-            raise ValueError(f"no oracle configuration shares the scenario of config {config}")
-        match.append(oracle_rows[np.flatnonzero(same)[0]])
-    oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
-    return ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
-
-
-def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t") -> pd.DataFrame:
-    """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``."""
-    metrics = run_metrics(ds)
+    metrics = run_metrics(ds, metrics)
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
     table["n_seeds"] = ds.sizes["seed"]

@@ -134,10 +134,11 @@ def auto_chunk_size(
     per_config = max(1, num_seeds * per_run_bytes)
     size = max(1, budget_bytes // per_config)
     size = min(size, num_configs)
-    return _round_up(size, devices)
+    return round_up(size, devices)
 
 
-def _round_up(x: int, multiple: int) -> int:
+def round_up(x: int, multiple: int) -> int:
+    """The smallest multiple of ``multiple`` that is at least ``x``."""
     return int(math.ceil(x / multiple) * multiple)
 
 
@@ -186,40 +187,46 @@ class ChunkStore:
 
 
 def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool) -> None:
-    """Create ``out`` or check that it can be resumed, before any computation."""
+    """Create ``out``, or reuse the sweep it holds, before any computation.
+
+    A directory that holds a sweep with the same settings is reused: its finished chunks are
+    kept and only what is missing is computed (running the same command twice completes or
+    reuses the first run). One with other settings is refused unless ``overwrite``; with
+    ``resume`` a directory that is not a sweep at all is refused too.
+    """
     out = Path(out)
     path = out / MANIFEST
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    if resume:
-        if not path.exists():
-            if out.exists() and any(out.iterdir()):
-                raise ValueError(
-                    f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is "
-                    "corrupt): pick another --out or drop --resume"
-                )
-        else:
-            try:
-                old = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise ValueError(f"corrupt results directory: cannot read {path} ({err})") from None
-            differences = [k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k)]
-            if differences:
-                detail = "; ".join(
-                    f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in sorted(differences)
-                )
-                raise ValueError(
-                    f"--resume: the settings differ from the run in {out} ({detail}); use the "
-                    "same settings or another --out"
-                )
-            return
-    elif path.exists() or (out / CHUNK_DIR).exists():
-        if not overwrite:
+    manifest = json.loads(json.dumps(manifest, default=str))  # JSON types, as stored
+    if path.exists() and not overwrite:
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
             raise ValueError(
-                f"--out {out} already holds a sweep; pass --resume to continue it or --overwrite "
-                "to start again"
-            )
-        shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
+                f"corrupt results directory: cannot read {path} ({err}); pass --overwrite to "
+                "start again"
+            ) from None
+        differences = [k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k)]
+        if not differences:
+            return
+        detail = "; ".join(
+            f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in sorted(differences)
+        )
+        raise ValueError(
+            f"--out {out} holds a sweep with other settings ({detail}); use the same settings, "
+            "another --out, or --overwrite to replace it"
+        )
+    if resume and not path.exists() and out.exists() and any(out.iterdir()):
+        raise ValueError(
+            f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is "
+            "corrupt): pick another --out or drop --resume"
+        )
+    if (out / CHUNK_DIR).exists() and not path.exists() and not overwrite:
+        raise ValueError(
+            f"--out {out} holds chunks but no {MANIFEST}; pass --overwrite to start again"
+        )
+    shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
@@ -389,7 +396,7 @@ def run_policy_grid(
                     hparams,
                     np.asarray(queue_rate[start:stop], np.float32),
                     # A policy with few configurations is not padded up to a large chunk.
-                    min(chunk_size, _round_up(stop - start, jax.device_count())),
+                    min(chunk_size, round_up(stop - start, jax.device_count())),
                     store=store,
                     label=name if isinstance(m, int | np.integer) else f"{name}-m{size}",
                     progress=bar,

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.cli_helpers import load_script
+from jfl import driver
+from jfl.cli import parse
+from jfl.experiments import EXPERIMENTS
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 ARGV = json.loads((GOLDEN / "argv.json").read_text())
@@ -33,8 +35,8 @@ def assert_same_summary(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize("name", sorted(ARGV))
 def test_experiment_reproduces_its_golden_summary(name, tmp_path):
-    script = load_script(name)
     out = tmp_path / name
-    assert script.main([*ARGV[name], "--out", str(out), "--quiet", "--no-plots"]) == 0
+    config = parse(EXPERIMENTS[name], [*ARGV[name], "--out", str(out), "--quiet", "--no-plots"])
+    driver.run(config)
     got = pd.read_csv(out / "summary.csv")
     assert_same_summary(got, pd.read_csv(GOLDEN / name / "summary.csv"))

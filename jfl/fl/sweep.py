@@ -1,26 +1,26 @@
-"""The pipeline shared by the federated-training sweep scripts (``sweeps/fl_*.py``).
+"""Federated sweeps: the training settings every FL experiment shares, and its building blocks.
 
 A federated sweep crosses selection policies (and their hyperparameters) with training
 scenarios: data partitions (e.g. γ₁ = 1, 10, IID) and learning rates. Everything that does not
 change shapes is traced, so each policy compiles once: the partitions are stacked along the
 data's leading axis and a configuration picks its own with the ``partition`` hyperparameter.
 
-The Python side runs first and fails early: flags, dataset files, partitions and the model are
-checked before anything compiles. Then the grid runs in resumable chunks
-(:func:`jfl.sweep.run_policy_grid`) and the outputs are written like every other sweep's:
-``summary.csv`` (final accuracy, rounds and simulated time to ``--target-accuracy`` with 95%
-intervals, besides the selection metrics), ``results.nc``, ``metadata.json`` and figures of the
-test accuracy against rounds and against wall-clock time with bands over seeds.
+:class:`Training` holds the dataset, model and FedAvg settings (flags of every ``sweeps/fl_*.py``);
+:meth:`Training.federated_plan` turns them, with an experiment's environment, configurations and
+partitions, into a :class:`jfl.driver.Plan` whose learner trains the model each round. Dataset
+files, partitions and the model are checked before anything compiles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from jfl.cli import at_least
+from jfl import checks
+from jfl.cli import Floats
 from jfl.fl.data import DATASETS, Dataset
 from jfl.fl.models import MODELS
 from jfl.fl.partition import Partition, stack_clients
@@ -38,89 +38,132 @@ ACCURACY_COLUMNS = (
 )
 
 
-# --------------------------------------------------------------------------- command line
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """Dataset, model and FedAvg settings of a federated sweep (mixed into an experiment)."""
 
+    dataset: str = "digits"
+    """one of digits, mnist, fashion_mnist, cifar10"""
+    data_dir: str | None = None
+    """directory with the dataset's files (not for digits)"""
+    model: str = "logistic"
+    """one of logistic, fashion_cnn, cifar_cnn"""
+    epochs: int = 1
+    """local epochs E ≥ 1"""
+    batch_size: int = 10
+    """local minibatch size ≥ 1"""
+    lr: Floats = (0.1,)
+    """learning rate(s) > 0; a list is a swept axis"""
+    aggregation: str = "data_size"
+    """FedAvg weights: data_size or uniform"""
+    eval_every: int = 5
+    """rounds between test evaluations; divides --rounds"""
+    target_accuracy: float = 0.8
+    """accuracy in (0, 1] for rounds/time-to-target"""
+    partition_seed: int = 0
+    """seed of the data partition"""
 
-def add_training_args(
-    parser,
-    *,
-    model: str = "logistic",
-    epochs: int = 1,
-    batch_size: int = 10,
-    learning_rate: str = "0.1",
-    eval_every: int = 5,
-    target_accuracy: float = 0.8,
-    aggregation: str = "data_size",
-) -> None:
-    """Dataset, model and FedAvg flags, with the script's defaults."""
-    g = parser.add_argument_group("federated training")
-    g.add_argument("--dataset", default="digits", help=f"one of {', '.join(DATASETS)}")
-    g.add_argument(
-        "--data-dir", default=None, help="directory with the dataset's files (not for digits)"
-    )
-    g.add_argument("--model", default=model, help=f"one of {', '.join(MODELS)}")
-    g.add_argument("--epochs", type=int, default=epochs, help="local epochs E ≥ 1")
-    g.add_argument("--batch-size", type=int, default=batch_size, help="local minibatch size ≥ 1")
-    g.add_argument(
-        "--lr", default=learning_rate, help="learning rate(s) > 0, a list is a swept axis"
-    )
-    g.add_argument(
-        "--aggregation", default=aggregation, help=f"FedAvg weights: {', '.join(AGGREGATIONS)}"
-    )
-    g.add_argument(
-        "--eval-every", type=int, default=eval_every, help="rounds between test evaluations"
-    )
-    g.add_argument(
-        "--target-accuracy",
-        type=float,
-        default=target_accuracy,
-        help="accuracy in (0, 1] for rounds/time-to-target",
-    )
-    g.add_argument("--partition-seed", type=int, default=0, help="seed of the data partition")
+    def check_training(self) -> None:
+        checks.choice("--dataset", self.dataset, DATASETS)
+        checks.choice("--model", self.model, sorted(MODELS))
+        checks.choice("--aggregation", self.aggregation, AGGREGATIONS)
+        checks.integer("--epochs", self.epochs)
+        checks.integer("--batch-size", self.batch_size)
+        checks.integer("--eval-every", self.eval_every)
+        checks.integer("--partition-seed", self.partition_seed, 0)
+        if self.rounds % self.eval_every:
+            raise ValueError(
+                f"--eval-every must divide --rounds={self.rounds}, got {self.eval_every}"
+            )
+        checks.in_range("--target-accuracy", self.target_accuracy, 0.0, 1.0, low_open=True)
+        checks.positive("--lr", self.lr)
 
+    def load_data(self) -> Dataset:
+        """The dataset (``DatasetError``, a ValueError, if it cannot be read)."""
+        from jfl.fl.data import load_dataset
 
-def check_training_args(args) -> dict:
-    """Validate the training flags (ValueError naming the flag); returns their settings."""
-    from jfl.sweep import parse_values
+        return load_dataset(self.dataset, self.data_dir)
 
-    if args.dataset not in DATASETS:
-        raise ValueError(f"--dataset must be one of {list(DATASETS)}, got {args.dataset!r}")
-    if args.model not in MODELS:
-        raise ValueError(f"--model must be one of {sorted(MODELS)}, got {args.model!r}")
-    if args.aggregation not in AGGREGATIONS:
-        raise ValueError(
-            f"--aggregation must be one of {list(AGGREGATIONS)}, got {args.aggregation!r}"
+    def federated_plan(
+        self,
+        plan,
+        dataset: Dataset,
+        partitions: Sequence[Partition],
+        slots: Callable[[str, int], int],
+        *,
+        num_servers: int = 1,
+        global_every: int = 1,
+    ):
+        """``plan`` (a selection plan whose configs have ``learning_rate`` and ``partition``
+        columns) with the learner, the stacked data, the memory estimate and the accuracy
+        variables; ``slots(policy, size)`` bounds the clients a policy can select in a round."""
+        from jfl.fl.models import make_model
+        from jfl.fl.train import make_learner
+
+        configs = plan.configs
+        num_clients = plan.env_params.num_clients
+        sample_shape = tuple(dataset.x_train.shape[1:])
+        model = make_model(self.model, dataset.num_classes)
+        num_params, activations = model_footprint(model, sample_shape)
+        size = plan.selection_size
+        sizes = configs[size] if isinstance(size, str) else np.full(len(configs), size)
+        policy_sizes = zip(configs["policy"], np.asarray(sizes, int), strict=True)
+        largest = max(slots(policy, int(n)) for policy, n in policy_sizes)
+        data = federated_data(dataset, partitions)
+
+        def learner(policy: str, size: int):
+            return make_learner(
+                model,
+                sample_shape,
+                num_clients,
+                epochs=self.epochs,
+                batch_size=self.batch_size,
+                slots=slots(policy, size),
+                num_servers=num_servers,
+                aggregation=self.aggregation,
+                global_every=global_every,
+            )
+
+        selection_finish = plan.finish
+
+        def finish(ds):
+            if selection_finish is not None:
+                ds = selection_finish(ds)
+            ds["data_size"] = (("partition_index", "client"), np.asarray(data.count))
+            ds.attrs["target_accuracy"] = self.target_accuracy
+            return ds
+
+        return dataclasses.replace(
+            plan,
+            per_run_bytes=bytes_per_fl_run(
+                num_params,
+                activations,
+                slots=largest,
+                batch_size=self.batch_size,
+                num_servers=num_servers,
+                num_rounds=self.rounds,
+                num_clients=num_clients,
+            ),
+            per_config={
+                "learning_rate": configs["learning_rate"].to_numpy(),
+                "partition": configs["partition"].to_numpy(),
+                **plan.per_config,
+            },
+            learner=learner,
+            data=data,
+            eval_every=self.eval_every,
+            finish=finish,
+            metadata={
+                **plan.metadata,
+                "model": {"name": self.model, "parameters": num_params},
+                "data": {
+                    "train": int(dataset.y_train.shape[0]),
+                    "test": int(dataset.y_test.shape[0]),
+                    "clients_samples_min": int(np.min(data.count)),
+                    "clients_samples_max": int(np.max(data.count)),
+                },
+            },
         )
-    at_least("epochs", args.epochs)
-    at_least("batch-size", args.batch_size)
-    at_least("eval-every", args.eval_every)
-    at_least("partition-seed", args.partition_seed, 0)
-    if args.rounds % args.eval_every:
-        raise ValueError(f"--eval-every must divide --rounds={args.rounds}, got {args.eval_every}")
-    if not 0 < args.target_accuracy <= 1:
-        raise ValueError(f"--target-accuracy must be in (0, 1], got {args.target_accuracy}")
-    learning_rate = parse_values(args.lr, "lr")
-    if any(not 0 < v < math.inf for v in learning_rate):
-        raise ValueError(f"--lr must be finite and > 0, got {learning_rate}")
-    return {
-        "dataset": args.dataset,
-        "data_dir": args.data_dir,
-        "model": args.model,
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": learning_rate,
-        "aggregation": args.aggregation,
-        "eval_every": args.eval_every,
-        "target_accuracy": args.target_accuracy,
-        "partition_seed": args.partition_seed,
-    }
-
-
-def load_data(settings: dict) -> Dataset:
-    """The dataset named in the settings (``DatasetError``, a ValueError, if it cannot be read)."""
-    from jfl.fl.data import load_dataset
-
-    return load_dataset(settings["dataset"], settings["data_dir"])
 
 
 # --------------------------------------------------------------------------- data and model
@@ -183,147 +226,7 @@ def bytes_per_fl_run(
     return 2 * 4 * (models + max(training, evaluation)) + selection
 
 
-# --------------------------------------------------------------------------- running
-
-
-def run_from_cli(
-    parser,
-    args,
-    *,
-    settings: dict,
-    configs,
-    env,
-    env_params,
-    dataset: Dataset,
-    partitions: Sequence[Partition],
-    num_clients: int,
-    m: int | str,
-    slots: Callable[[str, int], int],
-    columns: Sequence[str],
-    title: str,
-    per_config: dict | None = None,
-    env_hparams: tuple[str, ...] = (),
-    num_servers: int = 1,
-    global_every: int = 1,
-) -> int:
-    """Everything after flag validation: learner, chunked run, dataset, outputs, figures.
-
-    ``configs`` needs the columns ``learning_rate`` and ``partition`` (an index into
-    ``partitions``); ``slots(policy, m)`` bounds the clients a policy can select in a round.
-    """
-    import time
-
-    from jfl import cli, results, sweep
-    from jfl.fl.models import make_model
-    from jfl.fl.train import make_learner
-
-    sample_shape = tuple(dataset.x_train.shape[1:])
-    model = make_model(settings["model"], dataset.num_classes)
-    num_params, activations = model_footprint(model, sample_shape)
-    sizes = configs[m].to_numpy(int) if isinstance(m, str) else np.full(len(configs), m)
-    largest_slots = max(slots(p, int(s)) for p, s in zip(configs["policy"], sizes, strict=True))
-    per_run = bytes_per_fl_run(
-        num_params,
-        activations,
-        slots=largest_slots,
-        batch_size=settings["batch_size"],
-        num_servers=num_servers,
-        num_rounds=settings["rounds"],
-        num_clients=num_clients,
-    )
-    groups = ["policy", m] if isinstance(m, str) else ["policy"]
-    chunk_size = cli.resolve_chunk_size(
-        settings["chunk_size"],
-        int(configs.groupby(groups).size().max()),
-        settings["seeds"],
-        per_run,
-        settings["memory_budget_mib"],
-    )
-    data = federated_data(dataset, partitions)
-    out, manifest = cli.prepare(parser, args, settings, chunk_size)
-
-    def learner(policy: str, size: int):
-        return make_learner(
-            model,
-            sample_shape,
-            num_clients,
-            epochs=settings["epochs"],
-            batch_size=settings["batch_size"],
-            slots=slots(policy, size),
-            num_servers=num_servers,
-            aggregation=settings["aggregation"],
-            global_every=global_every,
-        )
-
-    run_arrays = {
-        "learning_rate": configs["learning_rate"].to_numpy(),
-        "partition": configs["partition"].to_numpy(),
-        **(per_config or {}),
-    }
-    seeds = np.arange(settings["seeds"])
-    start = time.perf_counter()
-    try:
-        outputs = sweep.run_policy_grid(
-            env,
-            env_params,
-            configs,
-            num_clients=num_clients,
-            m=m,
-            num_rounds=settings["rounds"],
-            seeds=seeds,
-            base_seed=settings["base_seed"],
-            chunk_size=chunk_size,
-            store=sweep.ChunkStore(out),
-            trajectories=settings["trajectories"],
-            show_progress=not args.quiet,
-            per_config=run_arrays,
-            env_hparams=env_hparams,
-            learner=learner,
-            data=data,
-            eval_every=settings["eval_every"],
-        )
-    except ValueError as err:  # e.g. a corrupt chunk found while resuming
-        parser.error(str(err))
-    wall = time.perf_counter() - start
-    untrained = int(np.max(outputs["untrained"]))
-    if untrained:
-        raise RuntimeError(
-            f"a policy selected {untrained} more clients than its training slots; the slot "
-            "bound in this script is wrong"
-        )
-
-    # Rate metrics are measured against each configuration's guaranteed rate: its queue_rate
-    # column (β), or per-client rates c when the configuration has a vector of them.
-    rate_vector = (per_config or {}).get("queue_rate")
-    if rate_vector is not None and np.ndim(rate_vector) == 2:
-        ds = results.to_dataset(outputs, configs.drop(columns="queue_rate"), seeds)
-        ds["rate_target"] = (("config", "client"), np.asarray(rate_vector, float))
-    else:
-        ds = results.to_dataset(outputs, configs, seeds)
-    ds["data_size"] = (("partition_index", "client"), np.asarray(data.count))
-    ds.attrs["target_accuracy"] = settings["target_accuracy"]
-    metadata = sweep.run_metadata(manifest, wall_seconds=wall)
-    metadata["model"] = {"name": settings["model"], "parameters": num_params}
-    metadata["data"] = {
-        "train": int(dataset.y_train.shape[0]),
-        "test": int(dataset.y_test.shape[0]),
-        "clients_samples_min": int(np.min(data.count)),
-        "clients_samples_max": int(np.max(data.count)),
-    }
-
-    def figures(ds, summary, folder):
-        write_figures(ds, folder, title)
-
-    summary = cli.write_outputs(ds, out, metadata, args.ci, None if args.no_plots else figures)
-    print(
-        f"{len(configs)} configurations × {settings['seeds']} seeds × {settings['rounds']} "
-        f"rounds of {settings['model']} on {settings['dataset']} in {wall:.1f} s → {out}"
-    )
-    print(cli.format_table(summary, [*columns, *ACCURACY_COLUMNS]))
-    return 0
-
-
-def write_figures(ds, folder, title: str) -> None:
+def write_figures(ds, folder, title: str, scenario_columns=("learning_rate",)) -> None:
     """Accuracy vs round and vs wall-clock, one figure per scenario (partition × lr)."""
     from jfl import plots
 
@@ -332,7 +235,7 @@ def write_figures(ds, folder, title: str) -> None:
     ).astype(float)
     for key in np.unique(scenario, axis=0):
         shown = list(np.flatnonzero((scenario == key).all(axis=1)))
-        label = scenario_label(ds, shown[0])
+        label = scenario_label(ds, shown[0], scenario_columns)
         suffix = label.replace(" ", "_").replace("=", "-")
         name = f"_{suffix}" if suffix else ""
         for against in ("round", "time"):
@@ -342,14 +245,14 @@ def write_figures(ds, folder, title: str) -> None:
                 against=against,
                 configs=shown,
                 title=f"{title} {label}".strip(),
-                exclude=("policy", "queue_rate", "partition", "gamma1", "learning_rate"),
+                exclude=("policy", "queue_rate", "partition", *scenario_columns),
             )
 
 
-def scenario_label(ds, config: int) -> str:
+def scenario_label(ds, config: int, columns=("learning_rate",)) -> str:
     """'gamma1=10 lr=0.1' from the scenario columns that vary across the sweep."""
     parts = []
-    for name in ("gamma1", "learning_rate"):
+    for name in columns:
         if name not in ds.coords:
             continue
         values = np.unique(ds[name].to_numpy())

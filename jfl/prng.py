@@ -1,12 +1,16 @@
-"""Faster threefry on CPU: the same bits, lowered without a rolled loop.
+"""Faster threefry on CPU: the same bits, lowered without a rolled loop (opt-in).
 
 JAX lowers the threefry hash on CPU as a 5-step rolled loop (to keep compile times short). In a
 vmapped simulation that draws every round, the loop's per-step copies dominate the cost of the
 environment. Registering JAX's own unrolled lowering (the one it uses on GPU and TPU) gives
 bit-identical random numbers in one fused kernel; measured on the runner with a do-nothing policy,
 a round costs about a third as much. This uses a private JAX module, so it is best effort: if
-the module layout changes, nothing is registered and JAX's default stays in place. Set
-``JFL_ROLLED_THREEFRY=1`` to keep the default.
+the module layout changes, nothing is registered and JAX's default stays in place.
+
+Importing jfl changes nothing: the sweep driver calls :func:`use_unrolled_threefry_on_cpu` (unless
+a sweep runs with ``--no-fast-prng``), and so may a user's own script. ``JFL_ROLLED_THREEFRY=1``
+makes the call a no-op. Programs compiled before the call keep the lowering they were compiled
+with.
 """
 
 from __future__ import annotations
@@ -29,6 +33,3 @@ def use_unrolled_threefry_on_cpu() -> bool:
         return False
     mlir.register_lowering(primitive, rule, platform="cpu")
     return True
-
-
-UNROLLED_THREEFRY = use_unrolled_threefry_on_cpu()

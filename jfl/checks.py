@@ -1,0 +1,77 @@
+"""Checks of user-facing values: one place, one message format.
+
+Each check raises ``ValueError("<name> must be …, got …")`` naming the parameter (for a command
+line, the flag: ``"--seeds"``) and the allowed range, so a bad value stops a sweep with one line
+before anything compiles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def _describe(low, high, low_open: bool, high_open: bool) -> str:
+    left = "(" if low_open or math.isinf(low) else "["
+    right = ")" if high_open or math.isinf(high) else "]"
+    return f"{left}{low:g}, {high:g}{right}"
+
+
+def integer(name: str, value, low: int = 1, high: int | None = None, high_name: str = "") -> int:
+    """An integer ≥ ``low`` (and ≤ ``high``: ``high_name`` names where that bound comes from)."""
+    ok = isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer())
+    if ok and value >= low and (high is None or value <= high):
+        return int(value)
+    if high is None:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
+    bound = f"{high_name}={high}" if high_name else f"{high}"
+    raise ValueError(f"{name} must be an integer in [{low}, {bound}], got {value}")
+
+
+def in_range(
+    name: str,
+    value,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """A finite number (or every number of a sequence) in the range; open ends where asked."""
+    values = np.atleast_1d(np.asarray(value, float))
+    ok = np.isfinite(values)
+    ok &= (values > low) if low_open else (values >= low)
+    ok &= (values < high) if high_open else (values <= high)
+    if not np.all(ok):
+        shown = value if np.ndim(value) == 0 else list(np.asarray(value).tolist())
+        raise ValueError(
+            f"{name} must be in {_describe(low, high, low_open, high_open)}, got {shown}"
+        )
+
+
+def positive(name: str, value) -> None:
+    """Finite and > 0 (every value of a sequence)."""
+    in_range(name, value, 0.0, low_open=True)
+
+
+def choice(name: str, value, choices: Iterable) -> None:
+    choices = list(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def per_client(name: str, values: Sequence[float], count: int) -> list[float]:
+    """One value for every client, or exactly ``count`` values."""
+    values = [float(v) for v in values]
+    if len(values) == 1:
+        values = values * count
+    if len(values) != count:
+        raise ValueError(f"{name}: expected 1 or --clients={count} values, got {len(values)}")
+    return values
+
+
+def distinct(name: str, values: Sequence) -> None:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name}: duplicate values in {list(values)}")

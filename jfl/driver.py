@@ -1,0 +1,227 @@
+"""One driver for every sweep: a typed config in, results on disk out.
+
+An experiment is a frozen dataclass deriving from :class:`Sweep` (the execution and output
+settings every sweep shares) that adds its own fields and implements ``plan()``: the Python-side
+setup (environment, configuration table, traced per-configuration arrays, learner, dataset
+hooks) as a :class:`Plan`. :func:`run` then does the same for every experiment:
+
+checks → plan → chunk size → output directory (new, reused or refused) → chunked, resumable run
+(:func:`jfl.sweep.run_policy_grid`) → labelled dataset → summary → ``summary.csv``,
+``results.nc``, ``metadata.json`` and ``figures/``.
+
+Everything that can be wrong with the settings raises ``ValueError`` before anything compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+
+from jfl import checks
+
+# Fields that change where and how a sweep is run, not what it computes: not in the manifest.
+EXECUTION_ONLY = ("out", "resume", "overwrite", "ci", "plots", "quiet", "fast_prng")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """Execution and output settings shared by every sweep."""
+
+    seeds: int = 64
+    """number of seeds per configuration"""
+    base_seed: int = 0
+    """root of the seed keys"""
+    rounds: int = 500
+    """rounds T"""
+    out: str = "runs/sweep"
+    """output directory; re-running the same command there reuses or completes it"""
+    chunk_size: str = "auto"
+    """configurations per chunk, or 'auto' (fit --memory-budget, near the fastest batch)"""
+    memory_budget: float = 1024.0
+    """MiB per chunk (with --chunk-size auto)"""
+    resume: bool = False
+    """continue the sweep in --out (it must hold the same settings)"""
+    overwrite: bool = False
+    """replace whatever sweep --out holds"""
+    trajectories: bool = False
+    """also store per-client per-round selections and queues"""
+    ci: Literal["t", "bootstrap"] = "t"
+    """interval method over seeds"""
+    plots: bool = True
+    """write the figures"""
+    quiet: bool = False
+    """no progress bar"""
+    fast_prng: bool = True
+    """JAX's unrolled threefry lowering on CPU (same bits, faster; see jfl.prng)"""
+
+    name: ClassVar[str] = "sweep"
+    summary_columns: ClassVar[tuple[str, ...]] = ()
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the flag of the first bad value (subclasses extend)."""
+        checks.integer("--seeds", self.seeds)
+        checks.integer("--rounds", self.rounds)
+        checks.integer("--base-seed", self.base_seed, 0)
+        checks.positive("--memory-budget", self.memory_budget)
+        if self.resume and self.overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
+        if self.chunk_size != "auto":
+            try:
+                chunk = int(self.chunk_size)
+            except ValueError:
+                raise ValueError(
+                    f"--chunk-size must be a positive integer or 'auto', got {self.chunk_size!r}"
+                ) from None
+            checks.integer("--chunk-size", chunk)
+
+    def plan(self) -> Plan:
+        raise NotImplementedError
+
+    def metrics(self, ds) -> dict:
+        """Experiment-specific per-(config, seed) metrics, added to the generic ones."""
+        return {}
+
+    def figures(self, ds, summary: pd.DataFrame, folder: Path) -> None:
+        """Write the experiment's figures into ``folder``."""
+
+    def settings(self) -> dict:
+        """What the sweep computes, as stored in the manifest (JSON types)."""
+        values = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in EXECUTION_ONLY
+        }
+        return json.loads(json.dumps({"experiment": self.name, **values}))
+
+
+@dataclasses.dataclass
+class Plan:
+    """The Python-side setup of a sweep (see :func:`jfl.sweep.run_policy_grid`)."""
+
+    env: Any
+    env_params: Any
+    configs: pd.DataFrame  # one row per configuration: policy, labels, queue_rate
+    selection_size: int | str  # an int, or the configs column holding it per row
+    per_run_bytes: int  # memory of one (configuration, seed) run, for the chunk size
+    per_config: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    env_hparams: tuple[str, ...] = ()
+    fixed: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    learner: Callable | None = None  # learner(policy, size) for federated runs
+    data: Any = None
+    eval_every: int | None = None
+    finish: Callable | None = None  # ds -> ds: the experiment's variables, attributes
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Result:
+    config: Sweep
+    dataset: Any  # xarray.Dataset
+    summary: pd.DataFrame
+    out: Path
+    wall_seconds: float
+
+    def describe(self) -> str:
+        c = self.config
+        return (
+            f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
+            f"{self.wall_seconds:.1f} s → {self.out}"
+        )
+
+
+# Largest batch (configurations × seeds) of one chunk on CPU: the vmapped runner is fastest
+# near a thousand runs, and larger batches spill its working set out of the caches.
+CPU_BATCH = 1024
+
+
+def chunk_size(config: Sweep, plan: Plan) -> int:
+    """``--chunk-size`` as an int: given, or the most configurations fitting the budget."""
+    import jax
+
+    from jfl import sweep
+
+    devices = jax.device_count()
+    if config.chunk_size != "auto":
+        return sweep.round_up(int(config.chunk_size), devices)
+    configs = plan.configs
+    groups = ["policy"]
+    if isinstance(plan.selection_size, str):
+        groups.append(plan.selection_size)
+    largest = int(configs.groupby(groups, sort=False).size().max())
+    size = sweep.auto_chunk_size(
+        largest, config.seeds, plan.per_run_bytes, int(config.memory_budget * 2**20), devices
+    )
+    if jax.default_backend() == "cpu":
+        size = min(size, sweep.round_up(max(1, CPU_BATCH // config.seeds), devices))
+    return size
+
+
+def run(config: Sweep) -> Result:
+    """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
+    import jax
+
+    from jfl import prng, results, sweep
+    from jfl.runner import output_dims
+
+    config.check()
+    plan = config.plan()
+    size = chunk_size(config, plan)
+    # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
+    # sweep bit-identical to an uninterrupted one.
+    manifest = {**config.settings(), "chunk_size": size, "devices": jax.device_count()}
+    out = Path(config.out)
+    sweep.prepare_out_dir(out, manifest, resume=config.resume, overwrite=config.overwrite)
+    if config.fast_prng:
+        prng.use_unrolled_threefry_on_cpu()
+
+    seeds = np.arange(config.seeds)
+    start = time.perf_counter()
+    outputs = sweep.run_policy_grid(
+        plan.env,
+        plan.env_params,
+        plan.configs,
+        num_clients=plan.env_params.num_clients,
+        m=plan.selection_size,
+        num_rounds=config.rounds,
+        seeds=seeds,
+        base_seed=config.base_seed,
+        chunk_size=size,
+        fixed=plan.fixed,
+        store=sweep.ChunkStore(out),
+        trajectories=config.trajectories,
+        show_progress=not config.quiet,
+        per_config=plan.per_config,
+        env_hparams=plan.env_hparams,
+        learner=plan.learner,
+        data=plan.data,
+        eval_every=plan.eval_every,
+    )
+    wall = time.perf_counter() - start
+    untrained = int(np.max(outputs.get("untrained", 0)))
+    if untrained:
+        raise RuntimeError(
+            f"a policy selected {untrained} more clients than its training slots; the "
+            "experiment's slot bound is wrong"
+        )
+
+    dims = output_dims(plan.env, learner=plan.learner is not None, trajectories=config.trajectories)
+    ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
+    if plan.finish is not None:
+        ds = plan.finish(ds)
+    metadata = {**sweep.run_metadata(manifest, wall_seconds=wall), **plan.metadata}
+    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
+    results.write_dataset(ds, out / "results.nc", metadata)
+    summary.to_csv(out / "summary.csv", index=False)
+    (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+    if config.plots:
+        folder = out / "figures"
+        folder.mkdir(parents=True, exist_ok=True)
+        config.figures(ds, summary, folder)
+    return Result(config, ds, summary, out, wall)

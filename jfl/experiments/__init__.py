@@ -1,0 +1,37 @@
+"""The papers' experiments as typed, frozen configs on top of the generic library.
+
+Each experiment is a :class:`jfl.driver.Sweep` with the paper's defaults, its own metrics and
+figures; ``jfl.driver.run(config)`` runs it and ``sweeps/<name>.py`` is its command line. Nothing
+in the generic library imports this package.
+"""
+
+from jfl.experiments.cocs import CocsHfl
+from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQFairness
+from jfl.experiments.fl import FlCocs, FlCsUcbQ, FlRbcsf
+from jfl.experiments.rbcsf import VBetaGrid
+
+EXPERIMENTS = {
+    config.name: config
+    for config in (
+        VBetaGrid,
+        CsUcbIdeal,
+        CsUcbQFairness,
+        BetaRhoGrid,
+        CocsHfl,
+        FlRbcsf,
+        FlCsUcbQ,
+        FlCocs,
+    )
+}
+
+__all__ = [
+    "EXPERIMENTS",
+    "BetaRhoGrid",
+    "CocsHfl",
+    "CsUcbIdeal",
+    "CsUcbQFairness",
+    "FlCocs",
+    "FlCsUcbQ",
+    "FlRbcsf",
+    "VBetaGrid",
+]

@@ -1,0 +1,236 @@
+"""COCS (Qu et al. §VI) on the hierarchical ``hfl`` environment: clients → edge servers → cloud.
+
+``CocsHfl`` runs COCS against Oracle, LinUCB, CUCB and Random under per-edge-server budgets
+(Figs. 3–4); budgets and deadlines are traced environment parameters and COCS's h_T and z traced
+hyperparameters, so each grid is one compiled program per policy. Regret is measured against
+the Oracle run on the same seeds (common random numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Literal
+
+import numpy as np
+import xarray as xr
+
+from jfl import checks
+from jfl.cli import Floats, Names
+from jfl.driver import Plan, Sweep
+from jfl.experiments.common import check_policies
+
+
+def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset:
+    """Add ``oracle_utility`` [config, seed, round]: the Oracle's utility in the same scenario.
+
+    Each configuration is paired with the ``oracle`` configuration that has the same values of
+    the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
+    metrics subtract from (COCS §VI). Unchanged if no configuration runs the Oracle.
+    """
+    policy = ds["policy"].to_numpy()
+    if "oracle" not in policy:
+        return ds
+    names = [name for name in scenario if name in ds.coords]
+    values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
+    oracle_rows = np.flatnonzero(policy == "oracle")
+    match = []
+    for config in range(ds.sizes["config"]):
+        if values is None:
+            match.append(oracle_rows[0])
+            continue
+        same = (values[oracle_rows] == values[config]).all(axis=1)
+        if not same.any():
+            raise ValueError(f"no oracle configuration shares the scenario of config {config}")
+        match.append(oracle_rows[np.flatnonzero(same)[0]])
+    oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
+    return ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
+
+
+def utility_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
+    """Cumulative utility (eq. 8) and its square root (eq. 19), successful clients per round,
+    and regret against the Oracle when an ``oracle_utility`` variable is present."""
+    utility = ds["utility"].astype(np.float64)
+    metrics = {
+        "cumulative_utility": utility.sum("round"),
+        "cumulative_utility_sqrt": np.sqrt(utility).sum("round"),
+        "success_per_round": ds["num_success"].mean("round"),
+    }
+    if "oracle_utility" in ds:
+        oracle = ds["oracle_utility"].astype(np.float64)
+        metrics["regret_vs_oracle"] = (oracle - utility).sum("round")
+        metrics["regret_vs_oracle_sqrt"] = (np.sqrt(oracle) - np.sqrt(utility)).sum("round")
+    return metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class HflScenario(Sweep):
+    """The ``hfl`` environment with Table I's presets, budgets and deadlines."""
+
+    policies: Names = ("cocs", "oracle", "linucb", "cucb", "random_budget")
+    """policies: cocs, oracle, linucb, cucb, random_budget"""
+    budget: Floats = ()
+    """budget B per edge server > 0 (default: the preset's)"""
+    deadline: Floats = ()
+    """round deadline (s) > 0 (default: the preset's)"""
+    preset: Literal["mnist", "cifar"] = "mnist"
+    """Table I's setting"""
+    clients: int = 50
+    """clients N"""
+    servers: int = 3
+    """edge servers M, 1 ≤ M ≤ N"""
+
+    environment: ClassVar[str] = "hfl"
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--clients", self.clients)
+        checks.integer("--servers", self.servers, 1, self.clients, "--clients")
+        for name, values in (("--budget", self.budget), ("--deadline", self.deadline)):
+            if values is not None:
+                checks.positive(name, values)
+        check_policies(self.policies, self.environment)
+
+    def scenario(self) -> dict[str, list[float]]:
+        """Budgets and deadlines (the preset's when not given)."""
+        from jfl.envs.hfl import PRESETS
+
+        preset = PRESETS[self.preset]
+        return {
+            "budget": list(self.budget or [float(preset["budget"])]),
+            "deadline": list(self.deadline or [float(preset["deadline"])]),
+        }
+
+    def environment_params(self, **overrides):
+        from jfl.envs.hfl import HflEnv, preset_params
+
+        params = preset_params(
+            self.preset, num_clients=self.clients, num_servers=self.servers, **overrides
+        )
+        return HflEnv(), params
+
+    def metrics(self, ds) -> dict:
+        return utility_metrics(ds)
+
+
+@dataclasses.dataclass(frozen=True)
+class CocsHfl(HflScenario):
+    """COCS against Oracle, LinUCB, CUCB and Random on hierarchical FL (Qu et al. §VI, Figs. 3–4).
+
+    N = 50 clients, M = 3 edge servers, Table I's settings as presets (``mnist``: strongly
+    convex utility, eq. 8; ``cifar``: the non-convex utility sqrt, eq. 19). The Oracle must be
+    among the policies for regret figures.
+
+        python sweeps/cocs_hfl.py                                   # Fig. 3 (MNIST), 1000 rounds
+        python sweeps/cocs_hfl.py --preset cifar --out runs/cocs_cifar
+        python sweeps/cocs_hfl.py --budget 3.5,5,10 --out runs/cocs_budget    # Fig. 4d
+        python sweeps/cocs_hfl.py --deadline 2,3,4,5 --out runs/cocs_deadline # Fig. 4f
+        python sweeps/cocs_hfl.py --policies cocs,oracle --h-T 1:10:10 --z 0.1:1:10 --seeds 128
+    """
+
+    h_T: Floats = (5.0,)
+    """COCS hypercubes per dimension, integers 1..10"""
+    z: Floats = (0.4,)
+    """COCS exploration exponent z in (0, 1]"""
+    p_cover: float = 1.0
+    """coverage probability in [0, 1]"""
+    seeds: int = 32
+    rounds: int = 1000
+    out: str = "runs/cocs_hfl"
+
+    name: ClassVar[str] = "cocs_hfl"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "budget",
+        "deadline",
+        "h_T",
+        "z",
+        "n_seeds",
+        "cumulative_utility",
+        "cumulative_utility_sqrt",
+        "regret_vs_oracle",
+        "success_per_round",
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.in_range("--p-cover", self.p_cover, 0.0, 1.0)
+        if any(not (1 <= v <= 10 and v == int(v)) for v in self.h_T):
+            raise ValueError(f"--h-T must be integers in [1, 10], got {list(self.h_T)}")
+
+    def plan(self) -> Plan:
+        from jfl import sweep
+
+        scenario = self.scenario()
+        configs = sweep.config_table(
+            self.policies,
+            {"h_T": list(self.h_T), "z": list(self.z)},
+            fairness_target=0.0,
+            shared=scenario,
+        )
+        env, params = self.environment_params(p_cover=self.p_cover)
+
+        def finish(ds):
+            return attach_oracle(ds.drop_vars("queue_rate"))
+
+        return Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.servers,
+            per_run_bytes=sweep.bytes_per_run(
+                self.rounds, self.clients * self.servers, 1, self.trajectories
+            ),
+            per_config={name: configs[name].to_numpy() for name in scenario},
+            env_hparams=tuple(scenario),
+            finish=finish,
+            metadata={
+                "utility": {"mnist": "eq. 8 (linear)", "cifar": "eq. 19 (square root)"}[self.preset]
+            },
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        from jfl import plots
+
+        first = np.ones(ds.sizes["config"], bool)
+        for name in ("budget", "deadline", "h_T", "z"):
+            values = ds[name].to_numpy()
+            finite = values[np.isfinite(values)]
+            if len(finite):
+                first &= ~np.isfinite(values) | (values == finite[0])
+        shown = list(ds["config"].to_numpy()[first])
+        curves = ds.assign(
+            utility_sqrt=np.sqrt(ds["utility"]), success=ds["num_success"].astype(float)
+        )
+        for variable, ylabel, name, title, cumulative in (
+            ("utility", "cumulative utility (eq. 8)", "cumulative_utility",
+             "Cumulative utility (Qu Fig. 3a)", True),
+            ("utility_sqrt", "cumulative utility (eq. 19)", "cumulative_utility_sqrt",
+             "Cumulative non-convex utility (Qu Fig. 7)", True),
+            ("success", "successful clients per round", "success_per_round",
+             "Successful clients per round (Qu Fig. 4b)", False),
+        ):  # fmt: skip
+            plots.plot_over_rounds(
+                curves, variable, ylabel, folder / f"{name}.png", title,
+                cumulative=cumulative, configs=shown,
+            )  # fmt: skip
+        if "oracle_utility" in ds:
+            curves = curves.assign(regret=ds["oracle_utility"] - ds["utility"])
+            plots.plot_over_rounds(
+                curves, "regret", "regret vs Oracle", folder / "regret.png",
+                "Cumulative regret against the Oracle (Qu Fig. 3b)", cumulative=True,
+                configs=[c for c in shown if ds["policy"].to_numpy()[c] != "oracle"],
+            )  # fmt: skip
+        for axis, figure in (("budget", "4d"), ("deadline", "4f")):
+            if summary[axis].nunique() > 1:
+                plots.plot_metric_vs(
+                    summary, "cumulative_utility", axis, folder / f"utility_vs_{axis}.png",
+                    "cumulative utility", f"Cumulative utility vs {axis} (Qu Fig. {figure})",
+                )  # fmt: skip
+        grid = summary[summary["policy"] == "cocs"]
+        if len(grid) and grid["h_T"].nunique() > 1 and grid["z"].nunique() > 1:
+            for metric in ("cumulative_utility", "regret_vs_oracle"):
+                if metric in grid:
+                    plots.plot_heatmap(
+                        grid, metric, "h_T", "z", folder / f"heatmap_cocs_{metric}.png",
+                        f"COCS {metric.replace('_', ' ')}",
+                    )  # fmt: skip

@@ -1,0 +1,565 @@
+"""CS-UCB / CS-UCB-Q (Xia et al. §V) on the single-access-point ``wireless`` environment.
+
+Experiments: ``CsUcbIdeal`` (Figs. 1 and 3), ``CsUcbQFairness`` (Figs. 4–5) and ``BetaRhoGrid``
+(β × ρ with c_k = ρ s_k / Σ s). A wireless sweep crosses policies with the number of channels
+``N`` (a shape: one compiled program per value), the fairness scale ``rho`` and, for CS-UCB-Q,
+β. Per configuration it derives the fairness vector c and the availability vector (both
+traced), checks that c is feasible before anything runs, and attaches to every (configuration,
+seed) its regret benchmark: μ(S*) of eq. (13) or r* of the linear program (23), with μ_k
+estimated by Monte Carlo on that seed's client layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from jfl import checks
+from jfl.cli import Floats, Names
+from jfl.driver import Plan, Sweep
+from jfl.experiments.common import check_policies
+
+BENCHMARKS = ("best_set", "lp")
+BENCHMARK_NOTES = {
+    "best_set": "mu(S*) of eq. (13): the N-th largest Monte Carlo mu_k of the seed's layout",
+    "lp": "r* of the linear program (23) over availability-only policies",
+}
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def scenario_vectors(
+    configs: pd.DataFrame,
+    num_clients: int,
+    *,
+    availability,
+    fairness=None,
+    samples=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fairness c [C, K] and availability α [C, K] of every configuration.
+
+    c comes from a ``rho`` column and the dataset sizes ``samples`` (``c_k = ρ s_k / Σ s``), else
+    from ``fairness`` (a scalar or one value per client), else it is 0. α comes from an
+    ``availability`` column, else from ``availability``.
+    """
+    count = len(configs)
+    if "availability" in configs:
+        alpha = np.repeat(configs["availability"].to_numpy(float)[:, None], num_clients, 1)
+    else:
+        alpha = np.broadcast_to(np.asarray(availability, float), (count, num_clients)).copy()
+    if "rho" in configs:
+        s = np.asarray(samples, float)
+        if s.shape != (num_clients,) or np.any(s <= 0):
+            raise ValueError(f"samples must be {num_clients} positive dataset sizes, got {s}")
+        c = configs["rho"].to_numpy(float)[:, None] * (s / s.sum())[None, :]
+    elif fairness is not None:
+        c = np.broadcast_to(np.asarray(fairness, float), (count, num_clients)).copy()
+    else:
+        c = np.zeros((count, num_clients))
+    return c, alpha
+
+
+def check_scenarios(configs: pd.DataFrame, fairness, availability, sizes) -> None:
+    """``regret.check_fairness`` for every distinct (c, α, N); the error names the configuration."""
+    from jfl import regret
+
+    seen = set()
+    for row, (c, alpha, n) in enumerate(zip(fairness, availability, sizes, strict=True)):
+        signature = (tuple(c), tuple(alpha), int(n))
+        if signature in seen:
+            continue
+        seen.add(signature)
+        try:
+            regret.check_fairness(c, alpha, int(n))
+        except ValueError as err:
+            label = ", ".join(f"{k}={v}" for k, v in configs.iloc[row].items() if pd.notna(v))
+            raise ValueError(f"configuration ({label}): {err}") from None
+
+
+def seed_layouts(env, params, keys) -> np.ndarray:
+    """Client distances [S, K] of the runs with these seed keys (as ``make_run`` resets them)."""
+    import jax
+
+    from jfl.runner import run_keys
+
+    return np.asarray(jax.vmap(lambda k: env.layout(run_keys(k)[0], params))(keys))
+
+
+def seed_benchmarks(
+    env,
+    params,
+    keys,
+    sizes: Sequence[int],
+    fairness: np.ndarray,
+    availability: np.ndarray,
+    *,
+    kind: str,
+    num_samples: int,
+    mc_seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Benchmark reward [C, S] and Monte Carlo μ [S, K] for every configuration and seed.
+
+    ``kind="best_set"``: μ(S*), the N-th largest μ_k (eq. 13). ``kind="lp"``: r* of LP (23)
+    under the configuration's availability and fairness vector. Layouts shared by several seeds
+    (explicit distances) are estimated and solved once.
+    """
+    import jax
+
+    from jfl import regret
+    from jfl.envs.wireless import reward_statistics
+
+    if kind not in BENCHMARKS:
+        raise ValueError(f"benchmark must be one of {BENCHMARKS}, got {kind!r}")
+    layouts = seed_layouts(env, params, keys)
+    unique, inverse = np.unique(layouts, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).reshape(-1)
+    estimate = jax.jit(
+        jax.vmap(lambda d: reward_statistics(jax.random.key(mc_seed), params, d, num_samples)[0])
+    )
+    mu_unique = np.asarray(estimate(unique), float)
+    benchmark = np.empty((len(sizes), len(keys)))
+    cache: dict = {}
+    for row, (n, c, alpha) in enumerate(zip(sizes, fairness, availability, strict=True)):
+        for seed, layout in enumerate(inverse):
+            signature = (int(layout), int(n), tuple(c), tuple(alpha))
+            if signature not in cache:
+                mu = mu_unique[layout]
+                if kind == "best_set":
+                    cache[signature] = regret.best_fixed_set(mu, int(n))[1]
+                else:
+                    cache[signature] = regret.availability_lp(mu, alpha, c, int(n)).r_star
+            benchmark[row, seed] = cache[signature]
+    return benchmark, mu_unique[inverse]
+
+
+def add_scenario(
+    ds: xr.Dataset,
+    *,
+    fairness: np.ndarray,
+    availability: np.ndarray,
+    benchmark: np.ndarray,
+    mu: np.ndarray,
+    tau_max: float,
+) -> xr.Dataset:
+    """c, α, the benchmark reward, Monte Carlo μ and τ_max as variables of a results dataset."""
+    ds["rate_target"] = (("config", "client"), fairness)
+    ds["availability_prob"] = (("config", "client"), availability)
+    ds["benchmark_reward"] = (("config", "seed"), benchmark)
+    ds["mean_reward"] = (("seed", "client"), mu)
+    ds.attrs["tau_max"] = float(tau_max)
+    return ds
+
+
+def to_dataset(outputs, configs: pd.DataFrame, seeds, **scenario) -> xr.Dataset:
+    """The runner's outputs labelled (``jfl.results.to_dataset``) plus :func:`add_scenario`."""
+    from jfl import results
+
+    return add_scenario(results.to_dataset(outputs, configs, seeds), **scenario)
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def performance_gap(ds: xr.Dataset) -> xr.DataArray:
+    """Θ(t) = τ_max (t·r_bench − Σ_{s≤t} r(S(s))) per (config, seed, round) (Xia et al. §V-B).
+
+    ``r_bench`` is the ``benchmark_reward`` variable: μ(S*) of eq. (13) for CS-UCB, r* of the
+    linear program (23) for CS-UCB-Q; ``tau_max`` comes from the dataset's attributes.
+    """
+    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
+    regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).cumsum("round")
+    return (float(ds.attrs["tau_max"]) * regret).transpose("config", "seed", "round")
+
+
+def add_gap_curves(ds: xr.Dataset) -> xr.Dataset:
+    """Per-round cumulative gap Θ(t), average gap θ(t) = Θ(t)/t and cumulative failed clients."""
+    gap = performance_gap(ds)
+    return ds.assign(
+        cumulative_gap_t=gap,
+        average_gap_t=gap / ds["round"],
+        failed_clients_t=ds["num_failed"].cumsum("round"),
+    )
+
+
+def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
+    """Mean set reward and failed clients; with a benchmark, regret and the gaps Θ and θ."""
+    rounds = ds.sizes["round"]
+    metrics = {
+        "mean_set_reward": ds["set_reward"].mean("round"),
+    }
+    if "benchmark_reward" in ds:
+        # float64 sums: over thousands of rounds float32 loses seconds of Θ.
+        regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).sum("round")
+        metrics["regret"] = regret
+        metrics["cumulative_gap"] = float(ds.attrs["tau_max"]) * regret
+        metrics["average_gap"] = metrics["cumulative_gap"] / rounds
+    metrics["failed_clients"] = ds["num_failed"].sum("round").astype(float)
+    return metrics
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+@dataclasses.dataclass(frozen=True)
+class WirelessSweep(Sweep):
+    """A sweep of the ``wireless`` environment with a regret benchmark per seed."""
+
+    policies: Names = ("cs_ucb", "random", "round_robin")
+    """registered policies (cs_ucb, cs_ucb_q, modified_cs_ucb, random, round_robin)"""
+    clients: int = 20
+    """clients K"""
+    tau_max: float = 5.0
+    """round deadline τ_max (s) > 0"""
+    mc_samples: int = 100_000
+    """Monte Carlo samples per layout for μ_k"""
+
+    environment: ClassVar[str] = "wireless"
+    benchmark: ClassVar[str] = "best_set"
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--clients", self.clients)
+        checks.integer("--mc-samples", self.mc_samples)
+        checks.positive("--tau-max", self.tau_max)
+        check_policies(self.policies, self.environment)
+
+    # What each experiment defines.
+    def configs(self) -> pd.DataFrame:
+        """The configuration table, with an ``N`` column."""
+        raise NotImplementedError
+
+    def params(self):
+        raise NotImplementedError
+
+    def fairness_vectors(self, configs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def plan(self) -> Plan:
+        from jfl import sweep
+        from jfl.envs.wireless import WirelessEnv
+        from jfl.runner import seed_keys
+
+        env, params = WirelessEnv(), self.params()
+        configs = self.configs().drop(columns="queue_rate", errors="ignore")
+        fairness, availability = self.fairness_vectors(configs)
+        sizes = configs["N"].to_numpy(int)
+        check_scenarios(configs, fairness, availability, sizes)
+        bench, mu = seed_benchmarks(
+            env,
+            params,
+            seed_keys(self.base_seed, np.arange(self.seeds)),
+            sizes,
+            fairness,
+            availability,
+            kind=self.benchmark,
+            num_samples=self.mc_samples,
+            mc_seed=self.base_seed + 1_000_003,
+        )
+
+        def finish(ds: xr.Dataset) -> xr.Dataset:
+            return add_scenario(
+                ds,
+                fairness=fairness,
+                availability=availability,
+                benchmark=bench,
+                mu=mu,
+                tau_max=params.tau_max,
+            )
+
+        return Plan(
+            env,
+            params,
+            configs,
+            selection_size="N",
+            per_run_bytes=sweep.bytes_per_run(
+                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
+            ),
+            # Every policy's fairness queue and rate violation are measured against c.
+            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
+            env_hparams=("availability",),
+            finish=finish,
+            metadata={"benchmark": BENCHMARK_NOTES[self.benchmark], "tau_max": params.tau_max},
+        )
+
+    def metrics(self, ds) -> dict:
+        return regret_metrics(ds)
+
+
+@dataclasses.dataclass(frozen=True)
+class CsUcbIdeal(WirelessSweep):
+    """CS-UCB against Random and Round-robin in the ideal scenario (Xia et al. §V-B, Figs. 1, 3).
+
+    K = 20 always-available clients in a 500 m disc (a fresh layout per seed), N channels,
+    τ_max = 5 s. Regret is measured against μ(S*) of eq. (13), the best fixed set for the seed's
+    layout, with μ_k estimated by Monte Carlo; the gap is Θ = τ_max · regret and θ = Θ/T.
+
+        python sweeps/cs_ucb_ideal.py                     # Fig. 1 (N = 5) and Fig. 3 (N = 1…10)
+        python sweeps/cs_ucb_ideal.py --N 5 --rounds 20000 --seeds 256 --out runs/fig1
+    """
+
+    N: Floats = tuple(float(n) for n in range(1, 11))
+    """channels N per round, integers 1 ≤ N ≤ K (Fig. 3)"""
+    seeds: int = 32
+    rounds: int = 5000
+    out: str = "runs/cs_ucb_ideal"
+
+    name: ClassVar[str] = "cs_ucb_ideal"
+    fig1_channels: ClassVar[int] = 5
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "N",
+        "n_seeds",
+        "cumulative_gap",
+        "cumulative_gap_lo",
+        "cumulative_gap_hi",
+        "average_gap",
+        "failed_clients",
+        "mean_round_time",
+    )
+
+    def check(self) -> None:
+        super().check()
+        for n in self.N:
+            if n != int(n) or not 1 <= n <= self.clients:
+                raise ValueError(f"--N must be integers in [1, --clients={self.clients}], got {n}")
+
+    def configs(self) -> pd.DataFrame:
+        from jfl.sweep import config_table
+
+        sizes = sorted({int(n) for n in self.N})
+        configs = config_table(self.policies, {}, shared={"N": sizes})
+        # One compiled program per (policy, N): group rows that way.
+        return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
+
+    def params(self):
+        from jfl.envs.wireless import make_params
+
+        return make_params(self.clients, tau_max=self.tau_max, availability=1.0)
+
+    def fairness_vectors(self, configs):
+        return scenario_vectors(configs, self.clients, availability=1.0)
+
+    def figures(self, ds, summary, folder) -> None:
+        from jfl import plots
+
+        sizes = ds["N"].to_numpy()
+        shown_n = self.fig1_channels if self.fig1_channels in sizes else int(sizes.max())
+        curves = add_gap_curves(ds.sel(config=ds["config"][sizes == shown_n]))
+        configs = list(curves["config"].to_numpy())
+        for variable, ylabel, name in (
+            ("cumulative_gap_t", "cumulative performance gap Θ (s)", "cumulative_gap"),
+            ("average_gap_t", "average performance gap θ (s)", "average_gap"),
+            ("failed_clients_t", "cumulative failed clients", "failed_clients"),
+        ):
+            plots.plot_over_rounds(
+                curves,
+                variable,
+                ylabel,
+                folder / f"{name}_vs_round.png",
+                f"{ylabel} (Xia Fig. 1), K={ds.sizes['client']}, N={shown_n}",
+                configs=configs,
+            )
+        if summary["N"].nunique() > 1:
+            plots.plot_metric_vs(
+                summary,
+                "cumulative_gap",
+                "N",
+                folder / "gap_vs_channels.png",
+                "cumulative performance gap Θ (s)",
+                f"Gap at T = {ds.sizes['round']} vs channels N (Xia Fig. 3)",
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class FairnessScenario(WirelessSweep):
+    """The wireless ``fairness`` preset: K = 3 at an equal 300 m, N = 2, availability 0.9.
+
+    τ_max = 0.2 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
+    truncated index is 1 for every client and no β changes anything (SPEC §9). Regret is
+    measured against r* of the linear program (23) over availability-only policies.
+    """
+
+    policies: Names = ("cs_ucb_q", "modified_cs_ucb")
+    clients: int = 3
+    N: int = 2
+    """channels N, 1 ≤ N ≤ K"""
+    distance: Floats = (300.0,)
+    """client distances (m) > 0: one value or one per client"""
+    availability: float = 0.9
+    """availability α in [0, 1]"""
+    tau_max: float = 0.2
+    mc_samples: int = 200_000
+    seeds: int = 32
+    rounds: int = 5000
+
+    benchmark: ClassVar[str] = "lp"
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--N", self.N, 1, self.clients, "--clients")
+        checks.in_range("--availability", self.availability, 0.0, 1.0)
+        checks.positive("--distance", checks.per_client("--distance", self.distance, self.clients))
+
+    def params(self):
+        from jfl.envs.wireless import make_params
+
+        return make_params(
+            self.clients,
+            distance=checks.per_client("--distance", self.distance, self.clients),
+            availability=self.availability,
+            tau_max=self.tau_max,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CsUcbQFairness(FairnessScenario):
+    """CS-UCB-Q for several β against modified CS-UCB (Xia et al. §V-C, Figs. 4–5).
+
+    Per-round selections are stored by default (K is small): they give Fig. 5's fractions.
+
+        python sweeps/cs_ucb_q_fairness.py
+        python sweeps/cs_ucb_q_fairness.py --beta 1e-5,1e-3,0.1,0.5 --seeds 128 --rounds 10000
+        python sweeps/cs_ucb_q_fairness.py --fairness 0.5,0.5,0.5 --availability 0.95
+    """
+
+    beta: Floats = (1e-5, 1e-3, 0.01, 0.1)
+    """CS-UCB-Q weight β in [0, 1]"""
+    fairness: Floats = (0.6, 0.5, 0.4)
+    """fairness vector c, each in [0, 1): one value or one per client"""
+    trajectories: bool = True
+    out: str = "runs/cs_ucb_q_fairness"
+
+    name: ClassVar[str] = "cs_ucb_q_fairness"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "beta",
+        "n_seeds",
+        "cumulative_gap",
+        "average_gap",
+        "min_selection_rate",
+        "max_rate_violation",
+        "target_met",
+        "rounds_to_target",
+    )
+
+    def check(self) -> None:
+        super().check()
+        fairness = checks.per_client("--fairness", self.fairness, self.clients)
+        checks.in_range("--fairness values c_k", fairness, 0.0, 1.0, high_open=True)
+
+    def configs(self) -> pd.DataFrame:
+        from jfl.sweep import config_table
+
+        return config_table(self.policies, {"beta": list(self.beta)}, shared={"N": [self.N]})
+
+    def fairness_vectors(self, configs):
+        fairness = checks.per_client("--fairness", self.fairness, self.clients)
+        return scenario_vectors(
+            configs, self.clients, availability=self.availability, fairness=fairness
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        from jfl import plots
+
+        curves = add_gap_curves(ds)
+        for variable, ylabel, name in (
+            ("cumulative_gap_t", "cumulative performance gap Θ (s)", "cumulative_gap"),
+            ("average_gap_t", "average performance gap θ (s)", "average_gap"),
+        ):
+            plots.plot_over_rounds(
+                curves,
+                variable,
+                ylabel,
+                folder / f"{name}_vs_round.png",
+                f"{ylabel} (Xia Fig. 4), τ_max = {ds.attrs['tau_max']:g} s",
+            )
+        if "selected" in ds:
+            plots.plot_selection_fraction(ds, folder / "selection_fraction.png")
+
+
+@dataclasses.dataclass(frozen=True)
+class BetaRhoGrid(FairnessScenario):
+    """CS-UCB-Q over a β × ρ grid with c_k = ρ s_k / Σ s, many seeds (an extension of §V-C).
+
+    The ``fairness`` scenario with dataset sizes s = (1500, 1000, 500): ρ scales how many rounds
+    the clients are guaranteed, β how much CS-UCB-Q weighs the guarantee against latency. Every
+    (β, ρ) pair is one traced configuration of one compiled program; regret is measured against
+    r* of LP (23) for the configuration's c.
+
+        python sweeps/beta_rho_grid.py
+        python sweeps/beta_rho_grid.py --beta 1e-4,1e-3,1e-2,0.1,1 --rho 0.2:1.6:8 --seeds 512
+    """
+
+    policies: Names = ("cs_ucb_q",)
+    beta: Floats = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5)
+    """CS-UCB-Q weight β in [0, 1]"""
+    rho: Floats = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
+    """fairness scale ρ ≥ 0"""
+    samples: Floats = (1500.0, 1000.0, 500.0)
+    """dataset sizes s_k > 0, one per client"""
+    seeds: int = 128
+    out: str = "runs/beta_rho_grid"
+
+    name: ClassVar[str] = "beta_rho_grid"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "rho",
+        "beta",
+        "n_seeds",
+        "average_gap",
+        "max_rate_violation",
+        "target_met",
+        "rounds_to_target",
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.in_range("--rho", self.rho, 0.0)
+        checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
+
+    def configs(self) -> pd.DataFrame:
+        from jfl.sweep import config_table
+
+        return config_table(
+            self.policies,
+            {"beta": list(self.beta)},
+            shared={"N": [self.N], "rho": list(self.rho)},
+        )
+
+    def fairness_vectors(self, configs):
+        samples = checks.per_client("--samples", self.samples, self.clients)
+        return scenario_vectors(
+            configs, self.clients, availability=self.availability, samples=samples
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        import math
+
+        from jfl import plots
+
+        for policy in summary["policy"].unique():
+            grid = summary[summary["policy"] == policy]
+            if grid["beta"].nunique() < 2 or grid["rho"].nunique() < 2:
+                continue
+            grid = grid.assign(
+                log10_beta=grid["beta"].apply(lambda b: math.log10(b) if b > 0 else -math.inf)
+            )
+            for metric, title in (
+                ("average_gap", "average performance gap θ (s)"),
+                ("max_rate_violation", "largest shortfall max_k (c_k − rate_k)"),
+                ("rounds_to_target", "rounds until every c_k is met"),
+            ):
+                plots.plot_heatmap(
+                    grid,
+                    metric,
+                    "rho",
+                    "log10_beta",
+                    folder / f"heatmap_{policy}_{metric}.png",
+                    f"{policy}: {title}",
+                )

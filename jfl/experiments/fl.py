@@ -1,0 +1,336 @@
+"""Federated training whose clients the papers' policies choose: RBCS-F §6.2, Xia Fig. 6, Qu
+Table II. Each experiment is its paper's scenario (environment, policies, grid) plus the
+training settings of :class:`jfl.fl.sweep.Training`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from jfl import checks
+from jfl.cli import Concentrations, Floats, Names
+from jfl.driver import Plan, Sweep
+from jfl.experiments.cocs import HflScenario
+from jfl.experiments.common import check_policies
+from jfl.experiments.cs_ucb import regret_metrics
+from jfl.experiments.rbcsf import RbcsfScenario
+from jfl.fl.sweep import ACCURACY_COLUMNS, Training, write_figures
+
+
+def slots_of(num_clients: int):
+    """``slots(policy, size)``: the most clients a policy may select in a round."""
+    from jfl.policies import get
+
+    return lambda policy, size: get(policy).max_selected(num_clients, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlRbcsf(RbcsfScenario, Training):
+    """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
+
+    The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
+    the selected clients train the model with FedAvg, and the simulated wall-clock advances by
+    each round's time. Client data follow §6.2.1: each client draws its class mix from
+    Dir(γ₁·1) (``--gamma1``, ``iid`` for an IID split). Default: scikit-learn's digits with
+    logistic regression; the paper's setting is Fashion-MNIST with its CNN (``--dataset
+    fashion_mnist --data-dir DIR --model fashion_cnn``).
+
+        python sweeps/fl_rbcsf.py                                   # Fig. 6
+        python sweeps/fl_rbcsf.py --policies dirichlet_random --gamma2 0.1,1,10  # Fig. 5
+    """
+
+    gamma1: Concentrations = (1.0, 10.0, math.inf)
+    """data concentration γ₁ > 0, or 'iid' (a list)"""
+    samples_per_client: int | None = None
+    """Dirichlet client size (default: n // N)"""
+    seeds: int = 8
+    rounds: int = 100
+    lr: Floats = (0.3,)
+    out: str = "runs/fl_rbcsf"
+
+    name: ClassVar[str] = "fl_rbcsf"
+    title: ClassVar[str] = "RBCS-F §6.2"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "gamma1",
+        "learning_rate",
+        "V",
+        "gamma2",
+        *ACCURACY_COLUMNS,
+    )
+
+    def check(self) -> None:
+        super().check()
+        self.check_training()
+        if self.samples_per_client is not None:
+            checks.integer("--samples-per-client", self.samples_per_client)
+        # β is also the rate every other policy's fairness is measured against.
+        checks.in_range("--beta", self.beta, 0.0, 1.0)
+        checks.distinct("--gamma1", self.gamma1)
+
+    def partitions(self, labels):
+        """One partition per γ₁ (IID for ∞), all from ``--partition-seed``."""
+        from jfl.fl.partition import make_partition
+
+        partitions = []
+        for gamma1 in self.gamma1:
+            if math.isinf(gamma1):
+                options = {}
+                if self.samples_per_client is not None:
+                    options["samples_per_client"] = self.samples_per_client
+                partitions.append(
+                    make_partition("iid", labels, self.clients, self.partition_seed, **options)
+                )
+            else:
+                partitions.append(
+                    make_partition(
+                        "dirichlet",
+                        labels,
+                        self.clients,
+                        self.partition_seed,
+                        concentration=gamma1,
+                        samples_per_client=self.samples_per_client,
+                    )
+                )
+        return partitions
+
+    def plan(self) -> Plan:
+        from jfl.sweep import config_table
+
+        configs = config_table(
+            self.policies,
+            self.grid(),
+            fairness_target=self.beta[0],
+            shared={"partition": list(range(len(self.gamma1))), "learning_rate": list(self.lr)},
+        )
+        configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
+        dataset = self.load_data()
+        env, params = self.environment_params()
+        plan = Plan(env, params, configs, selection_size=self.m, per_run_bytes=0)
+        return self.federated_plan(
+            plan, dataset, self.partitions(dataset.y_train), slots_of(self.clients)
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        write_figures(ds, folder, self.title, ("gamma1", "learning_rate"))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlCsUcbQ(Sweep, Training):
+    """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
+
+    K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
+    of five digits and the other eight of one digit each (§V-B), and the guaranteed rates follow
+    the data sizes, c_k = (N/2)·s_k / Σ s. Clients that exceed τ_max fail and their updates are
+    lost. As in the other fairness sweeps τ_max is 0.2 s at an equal 300 m (SPEC §9).
+
+        python sweeps/fl_cs_ucb_q.py                                  # Fig. 6
+        python sweeps/fl_cs_ucb_q.py --dataset mnist --data-dir ~/data/mnist --rounds 500
+    """
+
+    policies: Names = ("cs_ucb_q", "modified_cs_ucb", "random", "round_robin")
+    """policies: cs_ucb_q, modified_cs_ucb, cs_ucb, random, round_robin"""
+    beta: Floats = (0.1,)
+    """CS-UCB-Q weight β in [0, 1]"""
+    clients: int = 10
+    """clients K"""
+    N: int = 4
+    """channels N, 1 ≤ N ≤ K"""
+    rich_clients: int = 2
+    """clients with several digits"""
+    labels_per_rich: int = 5
+    """digits of each rich client"""
+    distance: float = 300.0
+    """client distance (m) > 0"""
+    availability: float = 0.9
+    """availability α in [0, 1]"""
+    tau_max: float = 0.2
+    """round deadline τ_max (s) > 0"""
+    seeds: int = 8
+    rounds: int = 100
+    out: str = "runs/fl_cs_ucb_q"
+
+    name: ClassVar[str] = "fl_cs_ucb_q"
+    environment: ClassVar[str] = "wireless"
+    title: ClassVar[str] = "CS-UCB-Q (Xia Fig. 6)"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "beta",
+        "learning_rate",
+        "min_selection_rate",
+        "max_rate_violation",
+        *ACCURACY_COLUMNS,
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--clients", self.clients)
+        checks.integer("--rich-clients", self.rich_clients, 0, self.clients, "--clients")
+        checks.integer("--labels-per-rich", self.labels_per_rich)
+        checks.integer("--N", self.N, 1, self.clients, "--clients")
+        checks.in_range("--availability", self.availability, 0.0, 1.0)
+        checks.positive("--tau-max", self.tau_max)
+        checks.positive("--distance", self.distance)
+        check_policies(self.policies, self.environment)
+        self.check_training()
+
+    def plan(self) -> Plan:
+        from jfl.envs.wireless import WirelessEnv, make_params
+        from jfl.fl.partition import make_partition
+        from jfl.regret import check_fairness
+        from jfl.sweep import config_table
+
+        configs = config_table(
+            self.policies,
+            {"beta": list(self.beta)},
+            shared={"partition": [0], "learning_rate": list(self.lr)},
+        )
+        dataset = self.load_data()
+        partition = make_partition(
+            "heterogeneous",
+            dataset.y_train,
+            self.clients,
+            self.partition_seed,
+            rich_clients=self.rich_clients,
+            labels_per_rich=self.labels_per_rich,
+        )
+        sizes = partition.count.astype(float)
+        fairness = self.N / 2 * sizes / sizes.sum()
+        availability = np.full(self.clients, self.availability)
+        # c must be achievable with N channels and this availability before anything runs.
+        check_fairness(fairness, availability, self.N)
+        params = make_params(
+            num_clients=self.clients,
+            distance=np.full(self.clients, self.distance),
+            tau_max=self.tau_max,
+            availability=self.availability,
+        )
+        rows = len(configs)
+        rate = np.tile(fairness, (rows, 1))
+
+        def finish(ds):
+            # Rate metrics are measured against each client's guaranteed rate c_k.
+            ds = ds.drop_vars("queue_rate")
+            ds["rate_target"] = (("config", "client"), rate)
+            return ds
+
+        plan = Plan(
+            WirelessEnv(),
+            params,
+            configs,
+            selection_size=self.N,
+            per_run_bytes=0,
+            per_config={
+                "fairness": rate,
+                "availability": np.tile(availability, (rows, 1)),
+                "queue_rate": rate,
+            },
+            env_hparams=("availability",),
+            finish=finish,
+        )
+        return self.federated_plan(plan, dataset, [partition], slots_of(self.clients))
+
+    def metrics(self, ds) -> dict:
+        return regret_metrics(ds)
+
+    def figures(self, ds, summary, folder) -> None:
+        write_figures(ds, folder, self.title)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlCocs(HflScenario, Training):
+    """Hierarchical federated training with COCS and its baselines choosing the clients (Qu
+    Table II and Fig. 4a).
+
+    N = 50 clients and M = 3 edge servers (Table I's MNIST preset); each client holds samples of
+    two labels (§VI-A). Each round every edge server averages the updates of its clients that
+    arrive before the deadline (eq. 3, uniform weights by default) and every T_ES = 5 rounds the
+    cloud averages the edge models (eq. 6). The summary gives, per policy, the rounds (and
+    simulated time) to the target accuracy and the final accuracy, as Table II does.
+
+        python sweeps/fl_cocs.py                                       # Table II / Fig. 4a
+        python sweeps/fl_cocs.py --budget 3.5,5,10 --out runs/fl_cocs_budget   # Fig. 4c
+    """
+
+    policies: Names = ("oracle", "cocs", "linucb", "cucb", "random_budget")
+    labels_per_client: int = 2
+    """labels each client holds"""
+    global_every: int = 5
+    """T_ES: rounds between global aggregations"""
+    seeds: int = 8
+    rounds: int = 200
+    epochs: int = 2
+    target_accuracy: float = 0.7
+    eval_every: int = 10
+    aggregation: str = "uniform"
+    out: str = "runs/fl_cocs"
+
+    name: ClassVar[str] = "fl_cocs"
+    title: ClassVar[str] = "COCS (Qu Fig. 4a)"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "budget",
+        "deadline",
+        "learning_rate",
+        "success_per_round",
+        *ACCURACY_COLUMNS,
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--labels-per-client", self.labels_per_client)
+        checks.integer("--global-every", self.global_every)
+        self.check_training()
+
+    def plan(self) -> Plan:
+        from jfl.fl.partition import make_partition
+        from jfl.sweep import config_table
+
+        scenario = self.scenario()
+        configs = config_table(
+            self.policies,
+            {},
+            fairness_target=0.0,
+            shared={**scenario, "partition": [0], "learning_rate": list(self.lr)},
+        )
+        env, params = self.environment_params()
+        dataset = self.load_data()
+        partition = make_partition(
+            "two_labels",
+            dataset.y_train,
+            self.clients,
+            self.partition_seed,
+            labels_per_client=self.labels_per_client,
+        )
+        slots = max_selected(params, max(scenario["budget"]))
+        plan = Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.servers,
+            per_run_bytes=0,
+            per_config={name: configs[name].to_numpy() for name in scenario},
+            env_hparams=tuple(scenario),
+        )
+        return self.federated_plan(
+            plan,
+            dataset,
+            [partition],
+            lambda policy, size: slots,
+            num_servers=self.servers,
+            global_every=self.global_every,
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        write_figures(ds, folder, self.title)
+
+
+def max_selected(params, budget: float) -> int:
+    """Most clients any policy can select in a round: each ES affords ⌊B / min cost⌋ of them."""
+    cheapest = params.price_low * params.computation_low
+    per_server = math.floor(budget / cheapest * (1 + 1e-6))
+    return max(1, min(params.num_clients, per_server * params.num_servers))

@@ -1,0 +1,162 @@
+"""RBCS-F (Huang et al.): the numerical simulation of §6.1 over a V × β (× α) grid.
+
+``VBetaGrid`` is the project's main job (``python sweeps/v_beta_grid.py``): 40 clients in 4
+classes, m = 8, β = 0.15, λ = 1, α = 0.1, 500 rounds, V ∈ {1, 10, 20, 50}, next to Random and
+FedCS(3 s), 64 seeds each. Its figures are the paper's Figs. 2–4 and, for V × β grids, heatmaps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from jfl import checks
+from jfl.cli import Floats, Names
+from jfl.driver import Plan, Sweep
+from jfl.experiments.common import check_policies
+
+SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
+
+
+@dataclasses.dataclass(frozen=True)
+class RbcsfScenario(Sweep):
+    """The ``rbcsf`` environment (§6.1) and the RBCS-F family's grid."""
+
+    policies: Names = ("rbcsf", "random", "fedcs")
+    """policies: rbcsf, random, dirichlet_random, fedcs"""
+    V: Floats = (1.0, 10.0, 20.0, 50.0)
+    """RBCS-F penalty factor V ≥ 0"""
+    beta: Floats = (0.15,)
+    """RBCS-F guaranteed rate β in [0, 1]"""
+    alpha: Floats = (0.1,)
+    """RBCS-F exploration α ≥ 0"""
+    deadline: Floats = (3.0,)
+    """FedCS deadline (s) > 0"""
+    gamma2: Floats = (1.0,)
+    """dirichlet_random concentration γ₂ > 0"""
+    clients: int = 40
+    """clients N (4 equal classes)"""
+    m: int = 8
+    """clients selected per round, 1 ≤ m ≤ N"""
+    p_available: float = 0.8
+    """availability in [0, 1]"""
+
+    environment: ClassVar[str] = "rbcsf"
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--clients", self.clients)
+        checks.integer("--m", self.m, 1, self.clients, "--clients")
+        checks.in_range("--p-available", self.p_available, 0.0, 1.0)
+        check_policies(self.policies, self.environment)
+
+    def grid(self) -> dict[str, list[float]]:
+        return {name: list(getattr(self, name)) for name in SWEPT}
+
+    def environment_params(self):
+        from jfl.envs import RbcsfEnv
+
+        env = RbcsfEnv()
+        return env, env.default_params(num_clients=self.clients, p_available=self.p_available)
+
+
+@dataclasses.dataclass(frozen=True)
+class VBetaGrid(RbcsfScenario):
+    """RBCS-F and its baselines over a V × β (× α) grid and many seeds (RBCS-F §6.1).
+
+    Defaults reproduce the paper's numerical simulation: 40 clients in 4 classes, m = 8,
+    β = 0.15, λ = 1, α = 0.1, 500 rounds, V ∈ {1, 10, 20, 50}, Random and FedCS(3 s), 64 seeds.
+
+        python sweeps/v_beta_grid.py
+        python sweeps/v_beta_grid.py --V 0:50:11 --beta 0:0.2:9 --seeds 256 --out runs/grid
+    """
+
+    lam: float = 1.0
+    """ridge regulariser λ > 0"""
+    fairness_target: float = 0.15
+    """rate of the fairness queue measured for policies without β, in [0, 1]"""
+    out: str = "runs/v_beta_grid"
+
+    name: ClassVar[str] = "v_beta_grid"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        "policy",
+        "V",
+        "beta",
+        "alpha",
+        "deadline",
+        "n_seeds",
+        "mean_round_time",
+        "final_queue_mean",
+        "min_selection_rate",
+        "jain_index",
+        "selected_per_round",
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.in_range("--fairness-target", self.fairness_target, 0.0, 1.0)
+        checks.positive("--lam", self.lam)
+
+    def plan(self) -> Plan:
+        from jfl import sweep
+
+        fixed = {"lam": self.lam}
+        configs = sweep.config_table(
+            self.policies, self.grid(), fixed=fixed, fairness_target=self.fairness_target
+        )
+        env, params = self.environment_params()
+        return Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.m,
+            per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, self.trajectories),
+            fixed=fixed,
+            metadata={"note": "queue_rate: β for RBCS-F, --fairness-target for policies without β"},
+        )
+
+    def figures(self, ds, summary, folder) -> None:
+        write_figures(ds, summary, folder)
+
+
+def write_figures(ds, summary, folder) -> None:
+    """Figs. 2–4 of the paper and, for V × β grids, heatmaps of round time and fairness."""
+    from jfl import plots
+
+    policy = ds["policy"].to_numpy()
+    rbcsf = ds["config"].to_numpy()[policy == "rbcsf"]
+    if len(rbcsf):
+        # Fig. 2: one line per V at the first (β, α) of the grid.
+        first = ds.sel(config=rbcsf)
+        same = np.ones(len(rbcsf), bool)
+        for name in ("beta", "alpha"):
+            same &= first[name].to_numpy() == first[name].to_numpy()[0]
+        plots.plot_over_rounds(
+            ds,
+            "queue_mean",
+            "mean queue backlog Z",
+            folder / "queue_vs_round.png",
+            "RBCS-F mean queue backlog (paper Fig. 2)",
+            configs=list(rbcsf[same][:12]),
+        )
+    others = list(ds["config"].to_numpy()[policy != "rbcsf"])
+    shown = list(rbcsf[:8]) + others[:6]
+    plots.plot_over_rounds(
+        ds,
+        "round_time",
+        "cumulative training time (s)",
+        folder / "cumulative_time.png",
+        "Training time (paper Fig. 3)",
+        cumulative=True,
+        configs=shown,
+    )
+    plots.plot_pull_record(ds, folder / "pull_record.png", configs=shown)
+    grid = summary[summary["policy"] == "rbcsf"]
+    if len(grid) and grid["V"].nunique() > 1 and grid["beta"].nunique() > 1:
+        for metric, title in (
+            ("mean_round_time", "RBCS-F mean round time (s)"),
+            ("min_selection_rate", "RBCS-F minimum selection rate"),
+        ):
+            plots.plot_heatmap(grid, metric, "V", "beta", folder / f"heatmap_{metric}.png", title)
