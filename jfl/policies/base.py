@@ -7,11 +7,20 @@ A policy is a triple of pure functions over its own state pytree (optax style):
 * ``update(state, obs, action, feedback, hparams) -> state``
 
 ``hparams`` is a dict of scalars that may be traced (so one compiled program runs a whole grid);
-shapes (number of clients N, m) and structural options are fixed when the policy is built.
+shapes and structural options are fixed when the policy is built, by a builder
+``build(num_clients, size, **options) -> Policy``. The second parameter ``size`` is, depending on
+the family, the selection size (``selection_size``: RBCS-F and its baselines), the number of
+channels (``num_channels``: the CS-UCB family) or the number of edge servers (``num_servers``:
+the COCS family); ``PolicySpec.size_name`` says which.
+
+A policy without state uses ``EmptyState`` with ``stateless_init``/``stateless_update``, or
+``stateless(select)`` for the whole triple.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,11 +28,51 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+__all__ = [
+    "REGISTRY",
+    "SIZE_NAMES",
+    "EmptyState",
+    "HParam",
+    "Policy",
+    "PolicySpec",
+    "accepts_legacy_m",
+    "check_selection_size",
+    "get",
+    "register",
+    "stateless",
+    "stateless_init",
+    "stateless_update",
+]
+
+# What the second parameter of a builder counts, by family.
+SIZE_NAMES = ("selection_size", "num_channels", "num_servers")
+
 
 class Policy(NamedTuple):
     init: Callable[..., Any]
     select: Callable[..., Any]
     update: Callable[..., Any]
+
+
+class EmptyState(NamedTuple):
+    """The state of a policy that keeps none."""
+
+
+def stateless_init(key, hparams) -> EmptyState:
+    """``init`` of a policy without state."""
+    del key, hparams
+    return EmptyState()
+
+
+def stateless_update(state, obs, action, feedback, hparams):
+    """``update`` that keeps the state as it is."""
+    del obs, action, feedback, hparams
+    return state
+
+
+def stateless(select: Callable[..., Any]) -> Policy:
+    """The policy of ``select`` alone: ``EmptyState``, never updated."""
+    return Policy(init=stateless_init, select=select, update=stateless_update)
 
 
 @dataclass(frozen=True)
@@ -57,7 +106,7 @@ class PolicySpec:
     """Registry entry: how to build a policy and which hyperparameters it reads."""
 
     name: str
-    build: Callable[..., Policy]  # build(num_clients, m, **options) -> Policy
+    build: Callable[..., Policy]  # build(num_clients, size, **options) -> Policy
     hparams: Mapping[str, HParam] = field(default_factory=dict)
     description: str = ""
     # The hyperparameter that is the policy's own fairness-queue rate (β, c), if any: sweeps
@@ -65,6 +114,12 @@ class PolicySpec:
     queue_rate: str | None = None
     # Observation / feedback fields the policy reads, checked against an environment's `provides`.
     requires: tuple[str, ...] = ("available",)
+    # What `size`, the second parameter of `build`, counts: one of SIZE_NAMES.
+    size_name: str = "selection_size"
+
+    def __post_init__(self) -> None:
+        if self.size_name not in SIZE_NAMES:
+            raise ValueError(f"size_name must be one of {SIZE_NAMES}, got {self.size_name!r}")
 
     def defaults(self) -> dict[str, float]:
         return {k: h.default for k, h in self.hparams.items()}
@@ -113,8 +168,33 @@ def get(name: str) -> PolicySpec:
     return REGISTRY[name]
 
 
-def check_selection_size(num_clients: int, m: int) -> None:
+def check_selection_size(num_clients: int, size: int, name: str = "selection_size") -> None:
+    """Raise ValueError unless ``num_clients >= 1`` and ``1 <= size <= num_clients`` (integers).
+
+    ``name`` is the builder's name of ``size`` (one of ``SIZE_NAMES``), used in the message.
+    """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if not isinstance(m, int | np.integer) or not 1 <= m <= num_clients:
-        raise ValueError(f"m must be an integer in [1, num_clients={num_clients}], got {m!r}")
+    if not isinstance(size, int | np.integer) or not 1 <= size <= num_clients:
+        raise ValueError(
+            f"{name} must be an integer in [1, num_clients={num_clients}], got {size!r}"
+        )
+
+
+def accepts_legacy_m(build: Callable[..., Policy]) -> Callable[..., Policy]:
+    """Let ``build`` also take its size (its second parameter) as the keyword ``m``.
+
+    ``m`` was the name of that parameter in every builder; it is deprecated and kept for one
+    release. Giving both ``m`` and the new name is a TypeError.
+    """
+    size_name = list(inspect.signature(build).parameters)[1]
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        if "m" in kwargs:
+            if size_name in kwargs or len(args) > 1:
+                raise TypeError(f"{build.__name__}() got both m and {size_name}")
+            kwargs[size_name] = kwargs.pop("m")
+        return build(*args, **kwargs)
+
+    return wrapper

@@ -8,46 +8,44 @@ import jax
 import jax.numpy as jnp
 
 from jfl.kernels import selection_count, topk_mask
-from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
-
-
-class EmptyState(NamedTuple):
-    pass
+from jfl.policies.base import (
+    HParam,
+    Policy,
+    PolicySpec,
+    accepts_legacy_m,
+    check_selection_size,
+    register,
+    stateless,
+    stateless_update,
+)
 
 
 class DirichletState(NamedTuple):
     log_weight: jax.Array  # f[N]  log q' up to a constant, q' ~ Dir(γ₂·1) drawn once per run
 
 
-def _stateless_init(key, hparams):
-    del key, hparams
-    return EmptyState()
-
-
-def _stateless_update(state, obs, action, feedback, hparams):
-    del obs, action, feedback, hparams
-    return state
-
-
-def random_policy(num_clients: int, m: int = 8) -> Policy:
-    """k = min(m, #available) clients uniformly at random among the available ones."""
-    check_selection_size(num_clients, m)
+@accepts_legacy_m
+def random_policy(num_clients: int, selection_size: int = 8) -> Policy:
+    """k = min(selection_size, #available) clients uniformly at random among the available ones."""
+    check_selection_size(num_clients, selection_size)
 
     def select(key, state, obs, hparams):
         del state, hparams
         scores = jax.random.uniform(key, (num_clients,))
-        return topk_mask(scores, obs.available, selection_count(obs.available, m))
+        return topk_mask(scores, obs.available, selection_count(obs.available, selection_size))
 
-    return Policy(init=_stateless_init, select=select, update=_stateless_update)
+    return stateless(select)
 
 
-def dirichlet_random(num_clients: int, m: int = 8) -> Policy:
-    """Per run q' ~ Dir(γ₂·1); each round k available clients without replacement ∝ q'.
+@accepts_legacy_m
+def dirichlet_random(num_clients: int, selection_size: int = 8) -> Policy:
+    """Per run q' ~ Dir(γ₂·1); each round k = min(selection_size, #available) available clients
+    without replacement ∝ q'.
 
     RBCS-F §6.2.2. Sampling without replacement proportionally to q' is the Gumbel-top-k of
     log q'; log q' comes from log-gamma draws so that tiny γ₂ does not underflow to 0/0.
     """
-    check_selection_size(num_clients, m)
+    check_selection_size(num_clients, selection_size)
 
     def init(key, hparams):
         gamma2 = jnp.asarray(hparams["gamma2"], jnp.result_type(float))
@@ -57,33 +55,43 @@ def dirichlet_random(num_clients: int, m: int = 8) -> Policy:
     def select(key, state, obs, hparams):
         del hparams
         scores = state.log_weight + jax.random.gumbel(key, (num_clients,), state.log_weight.dtype)
-        return topk_mask(scores, obs.available, selection_count(obs.available, m))
+        return topk_mask(scores, obs.available, selection_count(obs.available, selection_size))
 
-    return Policy(init=init, select=select, update=_stateless_update)
+    return Policy(init=init, select=select, update=stateless_update)
 
 
-def fedcs(num_clients: int, m: int = 8) -> Policy:
-    """FedCS adapted as in RBCS-F §6.1: every available client with τ* ≤ deadline (not capped at m).
+@accepts_legacy_m
+def fedcs(num_clients: int, selection_size: int = 8) -> Policy:
+    """FedCS adapted as in RBCS-F §6.1: every available client with τ* ≤ deadline (not capped).
 
-    Reads the oracle ``expected_time`` of the observation (full knowledge of θ* and c). ``m`` is
-    accepted for a uniform signature and ignored.
+    Reads the oracle ``expected_time`` of the observation (full knowledge of θ* and c).
+    ``selection_size`` is checked and accepted for a uniform signature, and otherwise ignored.
     """
-    check_selection_size(num_clients, m)
+    check_selection_size(num_clients, selection_size)
 
     def select(key, state, obs, hparams):
         del key, state
         return obs.available & (obs.expected_time <= hparams["deadline"])
 
-    return Policy(init=_stateless_init, select=select, update=_stateless_update)
+    return stateless(select)
 
 
-register(PolicySpec("random", random_policy, {}, "uniform random among the available clients"))
+register(
+    PolicySpec(
+        "random",
+        random_policy,
+        {},
+        "uniform random among the available clients",
+        size_name="selection_size",
+    )
+)
 register(
     PolicySpec(
         "dirichlet_random",
         dirichlet_random,
         {"gamma2": HParam(1.0, 0.0, low_open=True, help="Dirichlet concentration γ₂ > 0")},
         "random selection with per-run Dirichlet(γ₂) client weights (RBCS-F §6.2.2)",
+        size_name="selection_size",
     )
 )
 register(
@@ -93,5 +101,6 @@ register(
         {"deadline": HParam(3.0, 0.0, low_open=True, help="deadline (s) on expected time τ*")},
         "FedCS: all available clients whose expected time meets the deadline (oracle)",
         requires=("available", "expected_time"),
+        size_name="selection_size",
     )
 )

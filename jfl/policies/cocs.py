@@ -12,8 +12,9 @@ only in the weights:
 * LinUCB: a per-pair ridge regression of success on the context, with a UCB bonus;
 * Random: a random order over the pairs (budget permitting).
 
-An action is bool[N, M]. ``m`` in the builders is the number of ESs M. The round counter ``t``
-of the paper is 1-based: the states count rounds played, the current round is ``t + 1``.
+An action is bool[N, M]. ``num_servers`` in the builders is the number of ESs M. The round
+counter ``t`` of the paper is 1-based: the states count rounds played, the current round is
+``t + 1``.
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ from jfl.kernels import (
     ucb_bonus,
 )
 from jfl.kernels.ridge import RidgeState
-from jfl.policies.base import HParam, Policy, PolicySpec, register
-
-
-class EmptyState(NamedTuple):
-    pass
+from jfl.policies.base import (
+    HParam,
+    Policy,
+    PolicySpec,
+    accepts_legacy_m,
+    check_selection_size,
+    register,
+    stateless,
+)
 
 
 class CocsState(NamedTuple):
@@ -57,49 +62,34 @@ class LinUcbState(NamedTuple):
     t: jax.Array  # i[]
 
 
-def _check_sizes(num_clients: int, num_servers: int) -> None:
-    if not isinstance(num_clients, int) or num_clients < 1:
-        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if not isinstance(num_servers, int) or not 1 <= num_servers <= num_clients:
-        raise ValueError(f"num_servers must be in [1, N={num_clients}], got {num_servers!r}")
-
-
 def _assign(weight, obs):
     return budgeted_assignment(weight, obs.cost, obs.available, obs.budget).mask
 
 
-def _stateless_init(key, hparams):
-    del key, hparams
-    return EmptyState()
-
-
-def _stateless_update(state, obs, action, feedback, hparams):
-    del obs, action, feedback, hparams
-    return state
-
-
-def oracle(num_clients: int, m: int) -> Policy:
+@accepts_legacy_m
+def oracle(num_clients: int, num_servers: int) -> Policy:
     """The solver fed the true success probabilities (the benchmark of COCS's regret, eq. 11)."""
-    _check_sizes(num_clients, m)
+    check_selection_size(num_clients, num_servers, "num_servers")
 
     def select(key, state, obs, hparams):
         del key, state, hparams
         return _assign(obs.success_prob, obs)
 
-    return Policy(init=_stateless_init, select=select, update=_stateless_update)
+    return stateless(select)
 
 
-def random_budget(num_clients: int, m: int) -> Policy:
+@accepts_legacy_m
+def random_budget(num_clients: int, num_servers: int) -> Policy:
     """Covered pairs in a uniformly random order, each taken if its client is free and its ES
     can afford it (weights u·c_n make the solver's density order the random order u)."""
-    _check_sizes(num_clients, m)
+    check_selection_size(num_clients, num_servers, "num_servers")
 
     def select(key, state, obs, hparams):
         del state, hparams
         order = jax.random.uniform(key, obs.available.shape, obs.cost.dtype, minval=1e-6)
         return _assign(order * obs.cost[:, None], obs)
 
-    return Policy(init=_stateless_init, select=select, update=_stateless_update)
+    return stateless(select)
 
 
 def hypercube_index(context, cubes_per_dim):
@@ -123,7 +113,10 @@ def exploration_threshold(t, z):
     return t**z * jnp.log(t)
 
 
-def cocs(num_clients: int, m: int, context_dim: int = 2, max_cubes_per_dim: int = 10) -> Policy:
+@accepts_legacy_m
+def cocs(
+    num_clients: int, num_servers: int, context_dim: int = 2, max_cubes_per_dim: int = 10
+) -> Policy:
     """COCS, Alg. 1: hypercube success estimates with forced exploration.
 
     Each round, with l the hypercube of the pair's context and K(t) = t^z ln t:
@@ -140,7 +133,7 @@ def cocs(num_clients: int, m: int, context_dim: int = 2, max_cubes_per_dim: int 
     traced hyperparameter up to the static ``max_cubes_per_dim`` (the counters are sized for it,
     so a whole (h_T, z) grid runs in one compiled program).
     """
-    _check_sizes(num_clients, m)
+    check_selection_size(num_clients, num_servers, "num_servers")
     if not isinstance(max_cubes_per_dim, int) or max_cubes_per_dim < 1:
         raise ValueError(f"max_cubes_per_dim must be an integer >= 1, got {max_cubes_per_dim!r}")
     if context_dim not in (2, 4):
@@ -148,7 +141,7 @@ def cocs(num_clients: int, m: int, context_dim: int = 2, max_cubes_per_dim: int 
 
     def init(key, hparams) -> CocsState:
         del key, hparams
-        shape = (num_clients, m, max_cubes_per_dim**context_dim)
+        shape = (num_clients, num_servers, max_cubes_per_dim**context_dim)
         return CocsState(
             count=jnp.zeros(shape), estimate=jnp.zeros(shape), t=jnp.asarray(0, jnp.int32)
         )
@@ -187,10 +180,11 @@ def cocs(num_clients: int, m: int, context_dim: int = 2, max_cubes_per_dim: int 
     return Policy(init=init, select=select, update=update)
 
 
-def cucb(num_clients: int, m: int) -> Policy:
+@accepts_legacy_m
+def cucb(num_clients: int, num_servers: int) -> Policy:
     """CUCB: per-pair UCB min(mean + sqrt(1.5 ln t / count), 1) on success, no context."""
-    _check_sizes(num_clients, m)
-    pairs = num_clients * m
+    check_selection_size(num_clients, num_servers, "num_servers")
+    pairs = num_clients * num_servers
 
     def init(key, hparams) -> CucbState:
         del key, hparams
@@ -200,7 +194,7 @@ def cucb(num_clients: int, m: int) -> Policy:
         del key, hparams
         bonus = ucb_bonus(state.stats.count, state.t + 1, 1.5)
         index = jnp.minimum(state.stats.mean + bonus, 1.0)  # 1 for a pair never played
-        return _assign(index.reshape(num_clients, m), obs)
+        return _assign(index.reshape(num_clients, num_servers), obs)
 
     def update(state: CucbState, obs, action, feedback, hparams) -> CucbState:
         del obs, hparams
@@ -215,20 +209,21 @@ def _features(context):
     return jnp.concatenate([ones, context], axis=-1).reshape(-1, context.shape[-1] + 1)
 
 
-def linucb(num_clients: int, m: int, context_dim: int = 2) -> Policy:
+@accepts_legacy_m
+def linucb(num_clients: int, num_servers: int, context_dim: int = 2) -> Policy:
     """LinUCB: per-pair ridge regression of success on [1, context]; UCB weight in [0, 1]."""
-    _check_sizes(num_clients, m)
+    check_selection_size(num_clients, num_servers, "num_servers")
 
     def init(key, hparams) -> LinUcbState:
         del key
-        ridge = ridge_init(num_clients * m, context_dim + 1, hparams["lam"])
+        ridge = ridge_init(num_clients * num_servers, context_dim + 1, hparams["lam"])
         return LinUcbState(ridge=ridge, t=jnp.asarray(0, jnp.int32))
 
     def select(key, state: LinUcbState, obs, hparams):
         del key
         estimate = ridge_estimate(state.ridge, _features(obs.context))
         index = estimate.mean + hparams["alpha"] * estimate.width
-        return _assign(jnp.clip(index, 0.0, 1.0).reshape(num_clients, m), obs)
+        return _assign(jnp.clip(index, 0.0, 1.0).reshape(num_clients, num_servers), obs)
 
     def update(state: LinUcbState, obs, action, feedback, hparams) -> LinUcbState:
         del hparams
@@ -255,6 +250,7 @@ register(
         },
         "COCS: context-hypercube success estimates with forced exploration (Qu et al. Alg. 1)",
         requires=(*_HFL, "context"),
+        size_name="num_servers",
     )
 )
 register(
@@ -264,9 +260,19 @@ register(
         {},
         "the budgeted solver fed the true success probabilities",
         requires=(*_HFL, "success_prob"),
+        size_name="num_servers",
     )
 )
-register(PolicySpec("cucb", cucb, {}, "per-pair UCB on success, no context", requires=_HFL))
+register(
+    PolicySpec(
+        "cucb",
+        cucb,
+        {},
+        "per-pair UCB on success, no context",
+        requires=_HFL,
+        size_name="num_servers",
+    )
+)
 register(
     PolicySpec(
         "linucb",
@@ -277,6 +283,7 @@ register(
         },
         "per-pair ridge regression of success on the context, UCB bonus",
         requires=(*_HFL, "context"),
+        size_name="num_servers",
     )
 )
 register(
@@ -286,5 +293,6 @@ register(
         {},
         "covered client-server pairs in random order within the budgets",
         requires=_HFL,
+        size_name="num_servers",
     )
 )

@@ -16,7 +16,14 @@ from jfl.kernels import (
     ridge_update,
     virtual_queue_update,
 )
-from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
+from jfl.policies.base import (
+    HParam,
+    Policy,
+    PolicySpec,
+    accepts_legacy_m,
+    check_selection_size,
+    register,
+)
 
 CONTEXT_DIM = 3  # c = [1/μ, s, M/B]
 ALPHA_SCHEDULES = ("constant", "lemma1")
@@ -34,14 +41,16 @@ def lemma1_alpha(t, lam, noise_scale, delta, theta_bound, context_bound):
     return noise_scale * jnp.sqrt(3.0 * jnp.log(inner)) + jnp.sqrt(lam) * theta_bound
 
 
-def rbcsf(num_clients: int, m: int = 8, alpha_schedule: str = "constant") -> Policy:
-    """RBCS-F over ``num_clients`` clients selecting ``k = min(m, #available)`` per round.
+@accepts_legacy_m
+def rbcsf(num_clients: int, selection_size: int = 8, alpha_schedule: str = "constant") -> Policy:
+    """RBCS-F over ``num_clients`` clients selecting ``k = min(selection_size, #available)`` per
+    round.
 
     Hyperparameters (traced): ``V`` penalty factor, ``beta`` guaranteed rate, ``alpha`` exploration
     (constant schedule), ``lam`` ridge regulariser; with ``alpha_schedule="lemma1"`` the exploration
     follows Lemma 1 with ``noise_scale`` R, ``delta``, ``theta_bound`` S and ``context_bound`` L.
     """
-    check_selection_size(num_clients, m)
+    check_selection_size(num_clients, selection_size)
     if alpha_schedule not in ALPHA_SCHEDULES:
         raise ValueError(f"alpha_schedule must be one of {ALPHA_SCHEDULES}, got {alpha_schedule!r}")
 
@@ -75,7 +84,7 @@ def rbcsf(num_clients: int, m: int = 8, alpha_schedule: str = "constant") -> Pol
     def select(key, state, obs, hparams):
         del key
         tau_bar = optimistic_time(state, obs, hparams)
-        return divide_and_conquer(tau_bar, state.queue, obs.available, m, hparams["V"])
+        return divide_and_conquer(tau_bar, state.queue, obs.available, selection_size, hparams["V"])
 
     def update(state, obs, action, feedback, hparams) -> RbcsfState:
         return RbcsfState(
@@ -104,5 +113,6 @@ SPEC = register(
         description="RBCS-F: ridge LCB of exchange time, fairness queues, exact P4",
         queue_rate="beta",
         requires=("available", "context", "time"),
+        size_name="selection_size",
     )
 )

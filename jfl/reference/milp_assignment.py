@@ -11,7 +11,8 @@ cost ``cost[n]`` (the same on every ES), coverage ``available[n, m]``, per-ES bu
 * ``exact_assignment``: the optimum by ``scipy.optimize.milp`` (HiGHS branch and bound), float64
   — the ground truth for the optimality gap of ``jfl.kernels.budgeted_assignment``.
 * ``greedy_numpy``: a plain loop of the kernel's algorithm (density greedy + modified-greedy fix),
-  in the inputs' float dtype, for mask-by-mask equality tests.
+  in the inputs' float dtype, for mask-by-mask equality tests; the COCS references
+  (``jfl.reference.numpy_cocs``) select with it too.
 * ``optimality_ratios``: kernel value / MILP optimum on random paper-like instances.
 
 Both solvers read budgets with the kernel's relative slack ``BUDGET_RTOL`` (1e-6): a set is
@@ -113,8 +114,12 @@ def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
 
     Arithmetic is in ``np.result_type(weight, cost, budget)`` (float32 inputs give float32, as the
     kernel), operation by operation as in the kernel, so the masks agree except on
-    floating-point near-ties. ``certified``: every client with a positive covered weight is on an
-    ES of maximal weight (the value then equals its upper bound).
+    floating-point near-ties. The pair order of step 1 comes from one stable argsort of the
+    eligible pairs in row-major order (ascending pair index n·M + m), which is the tie rule
+    above. ``certified``: every client with a positive covered weight is on an ES of maximal
+    weight (the value then equals its upper bound).
+
+    The one NumPy greedy of the package: ``jfl.reference.numpy_cocs`` selects with it too.
     """
     weight = np.asarray(weight)
     dtype = np.result_type(weight, cost, budget, np.float32)
@@ -127,18 +132,24 @@ def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
     )
     eligible = _eligible(weight, cost, available)
 
+    clients, servers = np.nonzero(eligible)  # row-major: ascending pair index n·M + m
     with np.errstate(divide="ignore", invalid="ignore"):
-        density = np.where(eligible, weight / cost[:, None], 0).astype(dtype)
-    key = -np.minimum(density, np.finfo(dtype).max)
-    pairs = [(float(key[n, m]), n, m) for n in range(n_clients) for m in range(n_servers)]
-    pairs = sorted(p for p in pairs if eligible[p[1], p[2]])
+        density = (weight[clients, servers] / cost[clients]).astype(dtype)
+    order = np.argsort(-np.minimum(density, np.finfo(dtype).max), kind="stable")
 
+    # Scalars of ``dtype`` in the loop (Python floats are float64, the fast case).
+    scalars = np.ndarray.tolist if dtype == np.float64 else list
     mask = np.zeros((n_clients, n_servers), bool)
-    left = capacity.astype(dtype)  # a copy
-    for _, n, m in pairs:
-        if not mask[n].any() and cost[n] <= left[m]:
+    taken = [False] * n_clients
+    left = scalars(capacity.astype(dtype))  # a copy
+    costs = scalars(cost)
+    client_list, server_list = clients.tolist(), servers.tolist()
+    for p in order.tolist():
+        n, m = client_list[p], server_list[p]
+        if not taken[n] and costs[n] <= left[m]:
+            taken[n] = True
+            left[m] = left[m] - costs[n]
             mask[n, m] = True
-            left[m] = left[m] - cost[n]
 
     for m in range(n_servers):
         free = ~mask.any(axis=1)

@@ -35,9 +35,9 @@ still computes and records its own selection, but the state is updated with ``pl
 past a floating-point near-tie. ``return_trace=True`` adds a dict of per-round internals.
 
 ``cocs_numpy_loop`` is a whole per-seed simulation of COCS on the ``hfl`` environment with the
-draws of ``jfl.reference.numpy_hfl`` (its own ``np.random.default_rng(seed)``); it selects with
-``greedy_assignment_numpy``, the same greedy as ``greedy_numpy`` (tested equal) with one argsort
-instead of a sort of Python tuples, so that the baseline is not dominated by solver overhead.
+draws of ``jfl.reference.numpy_hfl`` (its own ``np.random.default_rng(seed)``), selecting with
+the same ``greedy_numpy``. ``greedy_assignment_numpy`` (``greedy_numpy``'s mask in float64) is
+kept as an alias for older callers.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jfl.reference.milp_assignment import BUDGET_RTOL, _pairwise_sum, greedy_numpy
+from jfl.reference.milp_assignment import BUDGET_RTOL, greedy_numpy
 from jfl.reference.numpy_hfl import (
     CHANNEL,
     PAPER_PRESETS,
@@ -118,45 +118,9 @@ def cocs_select_numpy(count, estimate, available, cost, budget, threshold, *, so
 
 
 def greedy_assignment_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
-    """``greedy_numpy``'s algorithm in float64 with the pair order from one stable argsort.
-
-    The same assignment as ``jfl.reference.milp_assignment.greedy_numpy`` on float64 inputs
-    (density greedy, ties to the lower client then ES, capacities ``B_m·(1 + budget_rtol)``, then
-    the modified-greedy fix), a few times faster at N·M = 150: ``cocs_numpy_loop`` uses it so
-    that the per-seed baseline is not dominated by the reference solver's per-pair overhead.
-    Returns the mask bool[N, M].
-    """
-    weight = np.asarray(weight, np.float64)
-    cost = np.asarray(cost, np.float64)
-    available = np.asarray(available, bool)
-    n_clients, n_servers = weight.shape
-    capacity = np.broadcast_to(np.asarray(budget, np.float64), (n_servers,)) * (1 + budget_rtol)
-    eligible = available & (weight > 0) & (cost[:, None] >= 0)
-    clients, servers = np.nonzero(eligible)  # row-major: ascending pair index n·M + m
-    with np.errstate(divide="ignore"):
-        density = weight[clients, servers] / cost[clients]
-    order = np.argsort(-np.minimum(density, np.finfo(np.float64).max), kind="stable")
-
-    mask = np.zeros((n_clients, n_servers), bool)
-    taken = [False] * n_clients
-    left = capacity.tolist()
-    costs = cost.tolist()
-    client_list, server_list = clients.tolist(), servers.tolist()
-    for p in order.tolist():
-        n, m = client_list[p], server_list[p]
-        if not taken[n] and costs[n] <= left[m]:
-            taken[n] = True
-            left[m] -= costs[n]
-            mask[n, m] = True
-
-    for m in range(n_servers):
-        free = ~mask.any(axis=1)
-        candidate = np.where(free & eligible[:, m] & (cost <= capacity[m]), weight[:, m], -np.inf)
-        best = int(np.argmax(candidate))
-        if candidate[best] > _pairwise_sum(np.where(mask[:, m], weight[:, m], 0.0)):
-            mask[:, m] = False
-            mask[best, m] = True
-    return mask
+    """``greedy_numpy``'s mask in float64 (kept for older callers; use ``greedy_numpy``)."""
+    weight, cost, budget = (np.asarray(x, np.float64) for x in (weight, cost, budget))
+    return greedy_numpy(weight, cost, available, budget, budget_rtol=budget_rtol)[0]
 
 
 def _teacher(played, selected, row):
@@ -425,7 +389,6 @@ def cocs_numpy_loop(
             cost,
             budget,
             exploration_threshold_numpy(t, z),
-            solver=greedy_assignment_numpy,
         )
 
         x = success_numpy(draws, a, q, deadline, **CHANNEL)

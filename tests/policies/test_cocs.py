@@ -35,7 +35,7 @@ from jfl.policies.cocs import (
     oracle,
     random_budget,
 )
-from jfl.reference.milp_assignment import BUDGET_RTOL, greedy_numpy
+from jfl.reference.milp_assignment import BUDGET_RTOL, _pairwise_sum, greedy_numpy
 from jfl.reference.numpy_cocs import (
     cocs_numpy,
     cocs_numpy_loop,
@@ -595,8 +595,30 @@ def test_exploration_threshold():
 # --------------------------------------------------------------------------------------------
 
 
-def test_fast_greedy_equals_greedy_numpy():
-    """greedy_assignment_numpy (cocs_numpy_loop's solver) equals greedy_numpy, ties included."""
+def _greedy_by_tuple_sort(weight, cost, available, budget):
+    """P2's greedy with the pair order of a sort of (−density, n, m) tuples, in float64."""
+    eligible = available & (weight > 0) & (cost[:, None] >= 0)
+    capacity = budget * (1 + BUDGET_RTOL)
+    with np.errstate(divide="ignore"):
+        density = np.minimum(weight / cost[:, None], np.finfo(np.float64).max)
+    pairs = sorted((-density[n, m], n, m) for n, m in zip(*np.nonzero(eligible), strict=True))
+    mask, left = np.zeros(weight.shape, bool), capacity.copy()
+    for _, n, m in pairs:
+        if not mask[n].any() and cost[n] <= left[m]:
+            mask[n, m], left[m] = True, left[m] - cost[n]
+    for m in range(weight.shape[1]):
+        free = ~mask.any(axis=1)
+        candidate = np.where(free & eligible[:, m] & (cost <= capacity[m]), weight[:, m], -np.inf)
+        best = int(np.argmax(candidate))
+        if candidate[best] > _pairwise_sum(np.where(mask[:, m], weight[:, m], 0.0)):
+            mask[:, m] = False
+            mask[best, m] = True
+    return mask
+
+
+def test_greedy_numpy_pair_order_and_alias():
+    """greedy_numpy takes pairs by density, ties to the lower client then ES (as a sort of
+    tuples would), and greedy_assignment_numpy, its old name in numpy_cocs, is its float64 mask."""
     # 2000 random float64 instances: 0/1 and one-decimal weights, quarter-grid costs.
     rng = np.random.default_rng(21)
     for i in range(2000):
@@ -615,6 +637,7 @@ def test_fast_greedy_equals_greedy_numpy():
         np.testing.assert_array_equal(
             greedy_assignment_numpy(weight, cost, available, budget), want
         )
+        np.testing.assert_array_equal(_greedy_by_tuple_sort(weight, cost, available, budget), want)
 
 
 def test_cocs_numpy_loop_is_consistent():

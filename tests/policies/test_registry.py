@@ -1,9 +1,12 @@
-"""The policy registry and host-side validation of hyperparameters and selection sizes."""
+"""The policy registry and host-side validation of hyperparameters and sizes (selection size,
+number of channels or of edge servers)."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
+import numpy as np
 import pytest
 
 import jfl.policies
@@ -76,29 +79,112 @@ def test_unknown_hparam_is_rejected():
     assert "beta" in str(info.value)
 
 
-@pytest.mark.parametrize("policy", PAPER_POLICIES)
-@pytest.mark.parametrize("m", [11, 0, -1, 2.5])
-def test_build_rejects_bad_m(policy, m):
-    """build(num_clients=10, m) with m outside [1, 10] (or not an int) raises naming m."""
-    with pytest.raises(ValueError, match=r"\bm must"):
-        get(policy).build(num_clients=10, m=m)
+SIZE_NAMES = {
+    "rbcsf": "selection_size",
+    "random": "selection_size",
+    "dirichlet_random": "selection_size",
+    "fedcs": "selection_size",
+    "cs_ucb": "num_channels",
+    "cs_ucb_q": "num_channels",
+    "modified_cs_ucb": "num_channels",
+    "round_robin": "num_channels",
+    "cocs": "num_servers",
+    "oracle": "num_servers",
+    "linucb": "num_servers",
+    "cucb": "num_servers",
+    "random_budget": "num_servers",
+}
 
 
-@pytest.mark.parametrize("policy", PAPER_POLICIES)
+def test_size_names():
+    """Every policy of the library says what its size counts, and its builder's second parameter
+    has that name."""
+    for name, size_name in SIZE_NAMES.items():
+        spec = get(name)
+        assert spec.size_name == size_name
+        assert size_name in jfl.policies.SIZE_NAMES
+        assert list(inspect.signature(spec.build).parameters)[:2] == ["num_clients", size_name]
+
+
+def test_policy_spec_rejects_unknown_size_name():
+    """size_name is one of SIZE_NAMES."""
+    with pytest.raises(ValueError, match="size_name"):
+        jfl.policies.PolicySpec("x", jfl.policies.random_policy, size_name="m")
+
+
+@pytest.mark.parametrize("policy", sorted(SIZE_NAMES))
+@pytest.mark.parametrize("size", [11, 0, -1, 2.5])
+def test_build_rejects_bad_size(policy, size):
+    """build(num_clients=10, size) with size outside [1, 10] (or not an int) raises naming the
+    size's parameter (selection_size, num_channels or num_servers)."""
+    size_name = SIZE_NAMES[policy]
+    message = rf"\b{size_name} must be an integer in \[1, num_clients=10\]"
+    with pytest.raises(ValueError, match=message):
+        get(policy).build(10, size)
+    with pytest.raises(ValueError, match=rf"\b{size_name} must"):
+        get(policy).build(num_clients=10, **{size_name: size})
+
+
+@pytest.mark.parametrize("policy", sorted(SIZE_NAMES))
 def test_build_rejects_bad_num_clients(policy):
     """num_clients = 0 raises ValueError naming num_clients."""
     with pytest.raises(ValueError, match="num_clients"):
-        get(policy).build(num_clients=0, m=1)
+        get(policy).build(0, 1)
 
 
-def test_build_accepts_m_equal_to_num_clients():
-    """m = num_clients is allowed (select everyone available)."""
-    for name in PAPER_POLICIES:
-        policy = get(name).build(num_clients=10, m=10)
-        assert isinstance(policy, jfl.policies.Policy)
+def test_build_accepts_size_equal_to_num_clients():
+    """size = num_clients is allowed (select everyone available; as many channels or servers as
+    clients); numpy integers too."""
+    for name in SIZE_NAMES:
+        for size in (10, np.int64(10)):
+            policy = get(name).build(num_clients=10, **{SIZE_NAMES[name]: size})
+            assert isinstance(policy, jfl.policies.Policy)
+
+
+@pytest.mark.parametrize("policy", sorted(SIZE_NAMES))
+def test_build_accepts_deprecated_m(policy):
+    """The former keyword m still works (one release) and builds the same policy; m together with
+    the size, by name or position, is a TypeError."""
+    spec = get(policy)
+    size_name = SIZE_NAMES[policy]
+    legacy = spec.build(num_clients=10, m=3)
+    assert legacy.update.__name__ == spec.build(10, 3).update.__name__
+    with pytest.raises(ValueError, match=rf"\b{size_name} must"):
+        spec.build(num_clients=10, m=11)
+    with pytest.raises(TypeError, match="both m"):
+        spec.build(10, m=3, **{size_name: 3})
+    with pytest.raises(TypeError, match="both m"):
+        spec.build(10, 3, m=3)
+
+
+def test_stateless_helpers():
+    """EmptyState, stateless_init/stateless_update and stateless(select), shared by the stateless
+    policies of every family."""
+    select = object()
+    policy = jfl.policies.stateless(select)
+    assert policy.select is select
+    assert policy.init(None, {}) == jfl.policies.EmptyState()
+    state = jfl.policies.EmptyState()
+    assert jfl.policies.stateless_update(state, None, None, None, {}) is state
+    for name in ("random", "fedcs", "oracle", "random_budget"):
+        policy = get(name).build(10, 3)
+        assert policy.init is jfl.policies.stateless_init
+        assert policy.update is jfl.policies.stateless_update
+    assert get("dirichlet_random").build(10, 3).update is jfl.policies.stateless_update
+
+
+def test_check_selection_size_names_its_parameter():
+    """check_selection_size is exported and names the parameter it checks."""
+    jfl.policies.check_selection_size(4, 4)
+    with pytest.raises(ValueError, match=r"^selection_size must"):
+        jfl.policies.check_selection_size(4, 5)
+    with pytest.raises(ValueError, match=r"^num_channels must"):
+        jfl.policies.check_selection_size(4, 0, "num_channels")
+    with pytest.raises(ValueError, match=r"^num_clients must"):
+        jfl.policies.check_selection_size(0, 1, "num_servers")
 
 
 def test_rbcsf_rejects_unknown_alpha_schedule():
     """An unknown alpha_schedule option raises ValueError naming it."""
     with pytest.raises(ValueError, match="alpha_schedule"):
-        get("rbcsf").build(num_clients=10, m=3, alpha_schedule="sometimes")
+        get("rbcsf").build(num_clients=10, selection_size=3, alpha_schedule="sometimes")
