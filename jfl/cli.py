@@ -36,7 +36,10 @@ def _joined(args) -> str:
 
 
 def _floats_from_args(args) -> tuple[float, ...]:
-    return tuple(parse_values(_joined(args), "value"))
+    try:
+        return tuple(parse_values(_joined(args), "value"))
+    except ValueError as err:  # tyro names the flag: keep only what is wrong
+        raise ValueError(str(err).removeprefix("--value: ")) from None
 
 
 def _gamma_from_args(args) -> tuple[float, ...]:

@@ -171,12 +171,15 @@ def run(config: Sweep) -> Result:
     from jfl.runner import output_dims
 
     config.check()
+    settings = config.settings()
+    out = Path(config.out)
+    # A directory that will be refused is refused before the plan's own computations.
+    sweep.check_out_dir(out, settings, overwrite=config.overwrite)
     plan = config.plan()
     size = chunk_size(config, plan)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
     # sweep bit-identical to an uninterrupted one.
-    manifest = {**config.settings(), "chunk_size": size, "devices": jax.device_count()}
-    out = Path(config.out)
+    manifest = {**settings, "chunk_configs": size, "devices": jax.device_count()}
     sweep.prepare_out_dir(out, manifest, resume=config.resume, overwrite=config.overwrite)
     if config.fast_prng:
         prng.use_unrolled_threefry_on_cpu()

@@ -186,6 +186,30 @@ class ChunkStore:
         return arrays
 
 
+def check_out_dir(out: Path, settings: Mapping, overwrite: bool) -> None:
+    """Refuse early a directory whose sweep has other ``settings`` (the keys given), unless
+    ``overwrite``; :func:`prepare_out_dir` does the full check once the chunk size is known."""
+    path = Path(out) / MANIFEST
+    if overwrite or not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return  # prepare_out_dir names the problem
+    settings = json.loads(json.dumps(settings, default=str))
+    _refuse_other_settings(out, {k: old.get(k) for k in settings}, settings)
+
+
+def _refuse_other_settings(out: Path, old: Mapping, new: Mapping) -> None:
+    differences = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if differences:
+        detail = "; ".join(f"{k}: was {old.get(k)!r}, now {new.get(k)!r}" for k in differences)
+        raise ValueError(
+            f"--out {out} holds a sweep with other settings ({detail}); use the same settings, "
+            "another --out, or --overwrite to replace it"
+        )
+
+
 def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool) -> None:
     """Create ``out``, or reuse the sweep it holds, before any computation.
 
@@ -207,16 +231,8 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
                 f"corrupt results directory: cannot read {path} ({err}); pass --overwrite to "
                 "start again"
             ) from None
-        differences = [k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k)]
-        if not differences:
-            return
-        detail = "; ".join(
-            f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in sorted(differences)
-        )
-        raise ValueError(
-            f"--out {out} holds a sweep with other settings ({detail}); use the same settings, "
-            "another --out, or --overwrite to replace it"
-        )
+        _refuse_other_settings(out, old, manifest)
+        return
     if resume and not path.exists() and out.exists() and any(out.iterdir()):
         raise ValueError(
             f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is "

@@ -16,10 +16,10 @@ import pytest
 
 from jfl.envs import WirelessEnv
 from jfl.envs.wireless import PRESET_SETTINGS, preset_params
+from jfl.experiments.cs_ucb import seed_benchmarks
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.stats import mean_ci
-from jfl.wireless_sweep import seed_benchmarks
 
 FAST_SEEDS, SLOW_SEEDS = 16, 64
 FAIRNESS = np.asarray(PRESET_SETTINGS["fairness"]["fairness"])  # c = (0.6, 0.5, 0.4)

@@ -2,7 +2,7 @@
 
 Each claim is a paired comparison over seeds (common random numbers: every policy sees the same
 clients and latencies for a seed) whose 95% Student-t interval must exclude 0. The runs are the
-sweep scripts' defaults with fewer scenarios, so they also check that the defaults behave.
+experiments' defaults with fewer scenarios, so they also check that the defaults behave.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jfl.results import load_dataset, run_metrics
+from jfl.driver import run
+from jfl.experiments import FlCocs, FlRbcsf
+from jfl.results import run_metrics
 from jfl.stats import mean_ci
-from tests.cli_helpers import load_script
 
 pytestmark = pytest.mark.slow
 
 
-def _metrics(script: str, argv, tmp_path):
-    out = tmp_path / script
-    assert load_script(script).main([*argv, "--quiet", "--no-plots", "--out", str(out)]) == 0
-    ds = load_dataset(out / "results.nc")
+def _metrics(experiment, tmp_path, **settings):
+    out = tmp_path / experiment.name
+    ds = run(experiment(**settings, quiet=True, plots=False, out=str(out))).dataset
     return ds, run_metrics(ds)
 
 
@@ -40,7 +40,7 @@ def _assert_positive(samples, what):
 def test_rbcsf_wall_clock_order_and_fedcs_accuracy(tmp_path):
     """Huang §6.2 (Fig. 6, γ₁ = 1): FedCS(3) reaches the target in less simulated time than
     RBCS-F, which beats Random; Random ends more accurate than FedCS(3)."""
-    ds, metrics = _metrics("fl_rbcsf", ["--gamma1", "1", "--V", "50", "--seeds", "16"], tmp_path)
+    ds, metrics = _metrics(FlRbcsf, tmp_path, gamma1=(1.0,), V=(50.0,), seeds=16)
     time = metrics["time_to_accuracy"].to_numpy()
     assert np.isfinite(time).all(), "every seed should reach the target accuracy"
     fedcs, rbcsf, random = (_rows(ds, policy=p) for p in ("fedcs", "rbcsf", "random"))
@@ -52,7 +52,7 @@ def test_rbcsf_wall_clock_order_and_fedcs_accuracy(tmp_path):
 
 def test_cocs_oracle_reaches_the_target_first(tmp_path):
     """Qu Table II: the Oracle needs fewer rounds to the target accuracy than COCS."""
-    ds, metrics = _metrics("fl_cocs", ["--policies", "oracle,cocs", "--seeds", "16"], tmp_path)
+    ds, metrics = _metrics(FlCocs, tmp_path, policies=("oracle", "cocs"), seeds=16)
     rounds = metrics["rounds_to_accuracy"].to_numpy()
     oracle, cocs = rounds[_rows(ds, policy="oracle")], rounds[_rows(ds, policy="cocs")]
     assert np.isfinite(oracle).all()

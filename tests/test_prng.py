@@ -40,10 +40,15 @@ def test_unrolled_threefry_bits_equal_jax_default(tmp_path):
 
 
 def test_import_changes_no_global_state():
-    """``import jfl`` (plots included) leaves JAX's lowerings and matplotlib's backend alone."""
+    """``import jfl`` (plots included) leaves JAX's lowerings and matplotlib's backend alone.
+
+    The dependencies are imported first: their own import-time registrations (chex imports
+    checkify, which registers a lowering) are theirs, not jfl's.
+    """
     script = """
 import matplotlib
 backend = matplotlib.get_backend()
+import chex, flax, optax, xarray
 from jax._src.interpreters import mlir
 before = dict(mlir._platform_specific_lowerings["cpu"])
 import jfl, jfl.plots, jfl.results, jfl.sweep

@@ -1,4 +1,7 @@
-"""Grid building, output directory handling and the v_beta_grid command line."""
+"""jfl.sweep: grids, hyperparameter arrays, chunk sizes, output directories and the chunk store.
+
+The experiments' command lines are tested in ``tests/experiments/``; nothing here compiles.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +10,33 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import xarray as xr
 
-from jfl.results import load_dataset
-from jfl.sweep import config_table, parse_values, policy_hparams, prepare_out_dir
-from tests.cli_helpers import load_script, run_cli
+from jfl.envs import WirelessEnv
+from jfl.envs.wireless import make_params
+from jfl.sweep import (
+    CHUNK_DIR,
+    MANIFEST,
+    ChunkStore,
+    auto_chunk_size,
+    bytes_per_run,
+    config_table,
+    parse_values,
+    policy_hparams,
+    prepare_out_dir,
+    round_up,
+    run_policy_grid,
+)
 
-cli = load_script("v_beta_grid")
+# --------------------------------------------------------------------------- grids
 
 
 def test_parse_values_lists_and_ranges():
     assert parse_values("1,10,20", "V") == [1.0, 10.0, 20.0]
+    assert parse_values(" 1, 10 ,20, ", "V") == [1.0, 10.0, 20.0]
     assert parse_values("0:50:11", "V") == pytest.approx(list(np.linspace(0, 50, 11)))
+    assert parse_values("2:2:1", "V") == [2.0]
     assert parse_values("0.15", "beta") == [0.15]
-    for bad in ("", "a,b", "0:1", "0:1:0", "0:1:x"):
+    for bad in ("", "a,b", "0:1", "0:1:0", "0:1:x", "0:1:2.5", ",,"):
         with pytest.raises(ValueError, match="--V"):
             parse_values(bad, "V")
 
@@ -41,17 +57,27 @@ def test_config_table_grid_and_unused_hparams():
     assert rnd["queue_rate"].item() == 0.15
     fed = table[table.policy == "fedcs"]
     assert sorted(fed["deadline"]) == [3, 4]
-    hp = policy_hparams("rbcsf", rb, fixed={"lam": 2.0})
-    np.testing.assert_allclose(hp["lam"], 2.0)
-    np.testing.assert_allclose(hp["V"], [1, 1, 10, 10])
+
+
+def test_config_table_crosses_shared_scenario_axes_with_every_policy():
+    """``shared`` axes (N, ρ) multiply every policy's rows and come before the swept columns."""
+    table = config_table(
+        ["cs_ucb_q", "modified_cs_ucb"], {"beta": [0.1, 0.2]}, shared={"N": [2, 3], "rho": [0.5]}
+    )
+    assert list(table.columns) == ["policy", "N", "rho", "beta", "queue_rate"]
+    assert list(table["policy"]) == ["cs_ucb_q"] * 4 + ["modified_cs_ucb"] * 2
+    assert list(table["N"]) == [2, 2, 3, 3, 2, 3]
+    assert (table["rho"] == 0.5).all()
+    assert table["beta"][:4].tolist() == [0.1, 0.2, 0.1, 0.2] and table["beta"][4:].isna().all()
+    assert (table["queue_rate"] == 0.15).all()  # c is not swept: the fairness target
 
 
 @pytest.mark.parametrize(
     ("swept", "message"),
     [
-        ({"beta": [1.5]}, r"beta must be in \[0.0, 1.0\]"),
+        ({"beta": [1.5]}, r"beta must be in \[0.0, 1.0\], got \[1.5\]"),
         ({"V": [-1]}, r"V must be in \[0.0, inf\)"),
-        ({"alpha": [-0.1]}, "alpha"),
+        ({"alpha": [-0.1]}, r"alpha must be in \[0.0, inf\)"),
     ],
 )
 def test_config_table_rejects_out_of_range(swept, message):
@@ -59,119 +85,192 @@ def test_config_table_rejects_out_of_range(swept, message):
         config_table(["rbcsf"], swept)
 
 
-def test_unknown_policy_is_rejected():
-    with pytest.raises(ValueError, match="unknown policy 'nope'"):
-        config_table(["nope"], {"V": [1]})
-
-
-def _run_cli(argv, capsys):
-    return run_cli(cli, argv, capsys)
+def test_config_table_rejects_out_of_range_fixed_values():
+    with pytest.raises(ValueError, match="lam"):
+        config_table(["rbcsf"], {"V": [1.0]}, fixed={"lam": -1.0})
 
 
 @pytest.mark.parametrize(
-    ("argv", "flag"),
+    ("policies", "kwargs", "message"),
     [
-        (["--m", "41"], "--m must be in [1, --clients=40]"),
-        (["--m", "0"], "--m must be in"),
-        (["--beta", "1.5"], "beta must be in [0.0, 1.0]"),
-        (["--beta", "-0.1"], "beta must be in"),
-        (["--V", "-1"], "V must be in [0.0, inf)"),
-        (["--V", "1,x"], "--V: expected"),
-        (["--alpha", "-1"], "alpha must be in"),
-        (["--deadline", "0"], "deadline must be in"),
-        (["--policies", "rbcsf,magic"], "unknown policy 'magic'"),
-        (["--policies", ""], "--policies"),
-        (["--seeds", "0"], "--seeds must be an integer >= 1"),
-        (["--rounds", "0"], "--rounds must be an integer >= 1"),
-        (["--clients", "0"], "--clients must be an integer >= 1"),
-        (["--p-available", "1.2"], "--p-available must be in [0, 1]"),
-        (["--fairness-target", "2"], "--fairness-target must be in [0, 1]"),
-        (["--chunk-size", "0"], "--chunk-size must be an integer >= 1"),
-        (["--chunk-size", "many"], "--chunk-size must be a positive integer or 'auto'"),
-        (["--memory-budget", "0"], "--memory-budget must be > 0"),
-        (["--lam", "0"], "--lam must be > 0"),
-        (["--resume", "--overwrite"], "exclude each other"),
+        (["nope"], {}, "unknown policy 'nope'"),
+        ([], {}, "--policies: give at least one policy"),
+        (["random", "random"], {}, r"--policies: duplicate names in \['random', 'random'\]"),
+        (["random"], {"fairness_target": 1.5}, r"fairness_target must be in \[0, 1\], got 1.5"),
     ],
 )
-def test_cli_bad_input_fails_early_with_a_clear_message(argv, flag, capsys, tmp_path):
-    """Each bad flag exits with status 2 and one message naming it; nothing is written."""
-    out = tmp_path / "out"
-    code, err = _run_cli([*argv, "--out", str(out)], capsys)
-    assert code == 2
-    assert flag in err
-    assert not out.exists()
+def test_config_table_rejects_bad_policies_and_targets(policies, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        config_table(policies, {"V": [1]}, **kwargs)
 
 
-def test_cli_refuses_to_resume_a_foreign_or_changed_directory(capsys, tmp_path):
+def test_policy_hparams_defaults_then_fixed_then_swept():
+    table = config_table(["rbcsf", "random"], {"V": [1, 10], "beta": [0.1, 0.2]})
+    rb = table[table.policy == "rbcsf"]
+    hp = policy_hparams("rbcsf", rb, fixed={"lam": 2.0, "deadline": 9.0})
+    assert set(hp) >= {"V", "beta", "alpha", "lam"} and "deadline" not in hp
+    assert all(v.dtype == np.float32 and v.shape == (4,) for v in hp.values())
+    np.testing.assert_allclose(hp["lam"], 2.0)  # fixed
+    np.testing.assert_allclose(hp["V"], [1, 1, 10, 10])  # swept
+    np.testing.assert_allclose(hp["beta"], [0.1, 0.2, 0.1, 0.2], rtol=1e-6)
+    default = policy_hparams("rbcsf", rb)
+    np.testing.assert_allclose(default["lam"], default["lam"][0])  # a default, per row
+    assert policy_hparams("random", table[table.policy == "random"]) == {}
+
+
+# --------------------------------------------------------------------------- chunk sizes
+
+
+def test_chunk_sizes_fit_the_budget_and_the_devices():
+    assert round_up(5, 4) == 8 and round_up(8, 4) == 8 and round_up(1, 1) == 1
+    per_run = bytes_per_run(500, 40, 8, trajectories=False)
+    assert bytes_per_run(500, 40, 8, trajectories=True) > per_run > 0
+    assert bytes_per_run(1000, 40, 8, trajectories=False) > per_run
+    # 10 seeds of per_run bytes: a budget of 3.5 configurations gives 3, never more than exist.
+    assert auto_chunk_size(100, 10, per_run, int(3.5 * 10 * per_run)) == 3
+    assert auto_chunk_size(2, 10, per_run, 10**12) == 2
+    assert auto_chunk_size(100, 10, per_run, 1) == 1  # at least one configuration
+    assert auto_chunk_size(100, 10, per_run, int(3.5 * 10 * per_run), devices=4) == 4
+
+
+# --------------------------------------------------------------------------- output directory
+
+MANIFEST_A = {"experiment": "v_beta_grid", "rounds": 10, "seeds": 2, "V": [1.0, 10.0]}
+
+
+def _chunk(out):
+    ChunkStore(out).save("rbcsf", 0, {"x": np.arange(3)})
+    return ChunkStore(out).path("rbcsf", 0)
+
+
+def test_prepare_out_dir_creates_the_directory_and_manifest(tmp_path):
+    out = tmp_path / "a" / "b"
+    prepare_out_dir(out, MANIFEST_A, resume=False, overwrite=False)
+    assert json.loads((out / MANIFEST).read_text()) == MANIFEST_A
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepare_out_dir(empty, MANIFEST_A, resume=True, overwrite=False)  # nothing to resume: a start
+    assert (empty / MANIFEST).exists()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_prepare_out_dir_reuses_a_sweep_with_the_same_settings(tmp_path, resume):
+    """Running the same command twice (with or without --resume) keeps the finished chunks."""
+    out = tmp_path / "run"
+    prepare_out_dir(out, MANIFEST_A, resume=False, overwrite=False)
+    chunk = _chunk(out)
+    before = chunk.stat().st_mtime_ns
+    prepare_out_dir(out, dict(MANIFEST_A), resume=resume, overwrite=False)
+    # Settings compare as stored in JSON: a tuple is the list it was written as.
+    prepare_out_dir(out, {**MANIFEST_A, "V": (1.0, 10.0)}, resume=resume, overwrite=False)
+    assert chunk.exists() and chunk.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_prepare_out_dir_refuses_other_settings_naming_them(tmp_path, resume):
+    out = tmp_path / "run"
+    prepare_out_dir(out, MANIFEST_A, resume=False, overwrite=False)
+    chunk = _chunk(out)
+    changed = {**MANIFEST_A, "rounds": 20, "V": [1.0], "new": 1}
+    with pytest.raises(ValueError) as err:
+        prepare_out_dir(out, changed, resume=resume, overwrite=False)
+    message = str(err.value)
+    assert message.startswith(f"--out {out} holds a sweep with other settings")
+    assert "rounds: was 10, now 20" in message and "V: was [1.0, 10.0], now [1.0]" in message
+    assert "new: was None, now 1" in message and "seeds" not in message
+    assert "--overwrite" in message
+    assert chunk.exists()  # nothing was touched
+    assert json.loads((out / MANIFEST).read_text()) == MANIFEST_A
+
+
+def test_prepare_out_dir_overwrite_replaces_the_sweep(tmp_path):
+    out = tmp_path / "run"
+    prepare_out_dir(out, MANIFEST_A, resume=False, overwrite=False)
+    chunk = _chunk(out)
+    changed = {**MANIFEST_A, "rounds": 20}
+    prepare_out_dir(out, changed, resume=False, overwrite=True)
+    assert not chunk.exists() and not (out / CHUNK_DIR).exists()
+    assert json.loads((out / MANIFEST).read_text()) == changed
+    # --overwrite with the same settings starts again too.
+    chunk = _chunk(out)
+    prepare_out_dir(out, changed, resume=False, overwrite=True)
+    assert not chunk.exists()
+
+
+def test_prepare_out_dir_refuses_foreign_corrupt_and_orphaned_directories(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("not a sweep")
-    code, err = _run_cli(["--resume", "--out", str(foreign)], capsys)
-    assert code == 2 and "is not a sweep directory" in err
+    with pytest.raises(ValueError, match=r"--resume: .* is not a sweep directory"):
+        prepare_out_dir(foreign, MANIFEST_A, resume=True, overwrite=False)
+    prepare_out_dir(foreign, MANIFEST_A, resume=False, overwrite=False)  # without --resume: used
+    assert (foreign / "notes.txt").exists()
 
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "manifest.json").write_text("{not json")
-    code, err = _run_cli(["--resume", "--out", str(broken)], capsys)
-    assert code == 2 and "corrupt results directory" in err
+    (broken / MANIFEST).write_text("{not json")
+    for resume in (False, True):
+        with pytest.raises(ValueError, match="corrupt results directory: cannot read"):
+            prepare_out_dir(broken, MANIFEST_A, resume=resume, overwrite=False)
+    prepare_out_dir(broken, MANIFEST_A, resume=False, overwrite=True)
+    assert json.loads((broken / MANIFEST).read_text()) == MANIFEST_A
 
-    manifest = {"rounds": 10, "seeds": 2}
-    prepare_out_dir(tmp_path / "run", manifest, resume=False, overwrite=False)
-    with pytest.raises(ValueError, match="rounds: was 10, now 20"):
-        prepare_out_dir(tmp_path / "run", {**manifest, "rounds": 20}, resume=True, overwrite=False)
-    with pytest.raises(ValueError, match="already holds a sweep"):
-        prepare_out_dir(tmp_path / "run", manifest, resume=False, overwrite=False)
+    orphaned = tmp_path / "orphaned"
+    _chunk(orphaned)
+    with pytest.raises(ValueError, match=r"holds chunks but no manifest\.json"):
+        prepare_out_dir(orphaned, MANIFEST_A, resume=False, overwrite=False)
+    prepare_out_dir(orphaned, MANIFEST_A, resume=False, overwrite=True)
+    assert not (orphaned / CHUNK_DIR).exists()
+
+    file = tmp_path / "file"
+    file.write_text("")
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        prepare_out_dir(file, MANIFEST_A, resume=False, overwrite=False)
 
 
-def test_cli_small_grid_end_to_end(capsys, tmp_path):
-    """A small V×β grid writes summary.csv, results.nc, metadata and figures; resume reloads."""
-    out = tmp_path / "grid"
-    argv = [
-        "--V", "0,50", "--beta", "0,0.2", "--alpha", "0.1", "--seeds", "3", "--rounds", "25",
-        "--clients", "12", "--m", "3", "--chunk-size", "3", "--out", str(out), "--quiet",
-    ]  # fmt: skip
-    assert cli.main(argv) == 0
-    summary = pd.read_csv(out / "summary.csv")
-    required = ["policy", "V", "beta", "alpha", "n_seeds"]
-    for metric in (
-        "mean_round_time",
-        "final_queue_mean",
-        "min_selection_rate",
-        "jain_index",
-        "selected_per_round",
-    ):
-        required += [metric, f"{metric}_lo", f"{metric}_hi"]
-    assert set(required) <= set(summary.columns)
-    assert list(summary["policy"]) == ["rbcsf"] * 4 + ["random", "fedcs"]
-    assert (summary["n_seeds"] == 3).all()
-    baseline = summary[summary.policy != "rbcsf"]
-    assert baseline[["V", "beta", "alpha"]].isna().all(axis=None)
-    ok = summary["mean_round_time_lo"] <= summary["mean_round_time"]
-    assert (ok & (summary["mean_round_time"] <= summary["mean_round_time_hi"])).all()
+# --------------------------------------------------------------------------- chunk store
 
-    with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
-        assert dict(ds.sizes) == {"config": 6, "seed": 3, "round": 25, "client": 12}
-        assert set(ds.data_vars) >= {"round_time", "queue_mean", "selection_count", "final_queue"}
-        meta = json.loads(ds.attrs["metadata"])
-        round_time = ds["round_time"].to_numpy()
-    assert meta["config"]["grid"]["V"] == [0.0, 50.0]
-    metadata = json.loads((out / "metadata.json").read_text())
-    assert {"versions", "git_commit", "devices", "config"} <= set(metadata)
-    for name in (
-        "queue_vs_round",
-        "cumulative_time",
-        "pull_record",
-        "heatmap_mean_round_time",
-        "heatmap_min_selection_rate",
-    ):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 1000
 
-    # Resume over a finished sweep recomputes nothing and reproduces the same numbers.
-    chunk = next((out / "chunks" / "rbcsf").glob("*.npz"))
-    before = chunk.stat().st_mtime_ns
-    assert cli.main([*argv, "--resume", "--no-plots"]) == 0
-    assert chunk.stat().st_mtime_ns == before
-    reloaded = load_dataset(out / "results.nc")  # the public loader for finished sweeps
-    np.testing.assert_array_equal(reloaded["round_time"].to_numpy(), round_time)
-    assert list(reloaded["policy"].to_numpy()) == list(summary["policy"])
-    capsys.readouterr()
+def test_chunk_store_round_trip_and_absent_chunks(tmp_path):
+    store = ChunkStore(tmp_path)
+    arrays = {"a": np.arange(6.0).reshape(2, 3), "b": np.array([1, 2], np.int32)}
+    store.save("rbcsf", 3, arrays)
+    assert store.path("rbcsf", 3) == tmp_path / CHUNK_DIR / "rbcsf" / "chunk_000003.npz"
+    assert not list(store.path("rbcsf", 3).parent.glob("*.tmp"))  # written atomically
+    loaded = store.load("rbcsf", 3, {"a": (2, 3), "b": (2,)})
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert loaded[name].dtype == value.dtype
+    assert store.load("rbcsf", 4, {"a": (2, 3)}) is None
+    assert store.load("random", 3, {"a": (2, 3)}) is None
+
+
+def test_chunk_store_reports_corrupt_chunks(tmp_path):
+    store = ChunkStore(tmp_path)
+    store.save("p", 0, {"a": np.zeros((2, 3))})
+    with pytest.raises(ValueError, match=r"has a of shape \(2, 3\), expected \(4, 3\)"):
+        store.load("p", 0, {"a": (4, 3)})
+    with pytest.raises(ValueError, match="has b of shape missing"):
+        store.load("p", 0, {"a": (2, 3), "b": (2,)})
+    store.path("p", 1).write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match=r"corrupt results directory: cannot read .*chunk_000001"):
+        store.load("p", 1, {"a": (2, 3)})
+
+
+# --------------------------------------------------------------------------- run_policy_grid
+
+
+def test_run_policy_grid_checks_groups_and_per_config_rows_first():
+    """Non-contiguous (policy, m) groups, per_config arrays of the wrong length and policies the
+    environment cannot serve are refused before anything compiles."""
+    env = WirelessEnv()
+    params = make_params(3)
+    configs = pd.DataFrame({"policy": ["random"] * 3, "N": [1, 2, 1], "queue_rate": 0.0})
+    common = dict(num_clients=3, m="N", num_rounds=5, seeds=[0], chunk_size=1, show_progress=False)
+    with pytest.raises(ValueError, match="contiguously"):
+        run_policy_grid(env, params, configs, **common)
+    with pytest.raises(ValueError, match=r"per_config\['fairness'\] needs 3 rows"):
+        run_policy_grid(env, params, configs, per_config={"fairness": np.zeros((2, 3))}, **common)
+    configs = pd.DataFrame({"policy": ["rbcsf"], "N": [1], "queue_rate": 0.0})
+    with pytest.raises(ValueError, match="'rbcsf' reads"):
+        run_policy_grid(env, params, configs, **common)

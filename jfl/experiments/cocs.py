@@ -17,7 +17,7 @@ import xarray as xr
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
-from jfl.experiments.common import check_policies
+from jfl.experiments.common import check_hparams, check_policies
 
 
 def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset:
@@ -156,6 +156,7 @@ class CocsHfl(HflScenario):
         checks.in_range("--p-cover", self.p_cover, 0.0, 1.0)
         if any(not (1 <= v <= 10 and v == int(v)) for v in self.h_T):
             raise ValueError(f"--h-T must be integers in [1, 10], got {list(self.h_T)}")
+        check_hparams(self.policies, {"h_T": self.h_T, "z": self.z})
 
     def plan(self) -> Plan:
         from jfl import sweep

@@ -21,3 +21,17 @@ def check_policies(names: Sequence[str], environment: str) -> None:
             REGISTRY[name].check_environment(ENVIRONMENTS[environment])
         except ValueError as err:
             raise ValueError(f"--policies: {err}") from None
+
+
+def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -> None:
+    """Swept hyperparameters against the ranges their policies declare, naming the flag.
+
+    A hyperparameter no listed policy reads is not checked (it is not used either).
+    """
+    from jfl.policies import get
+
+    for name, grid in values.items():
+        for policy in policies:
+            spec = get(policy).hparams.get(name)
+            if spec is not None:
+                spec.check(f"--{name.replace('_', '-')}", grid)

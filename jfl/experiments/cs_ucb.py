@@ -22,7 +22,7 @@ import xarray as xr
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
-from jfl.experiments.common import check_policies
+from jfl.experiments.common import check_hparams, check_policies
 
 BENCHMARKS = ("best_set", "lp")
 BENCHMARK_NOTES = {
@@ -452,6 +452,7 @@ class CsUcbQFairness(FairnessScenario):
         super().check()
         fairness = checks.per_client("--fairness", self.fairness, self.clients)
         checks.in_range("--fairness values c_k", fairness, 0.0, 1.0, high_open=True)
+        check_hparams(self.policies, {"beta": self.beta})
 
     def configs(self) -> pd.DataFrame:
         from jfl.sweep import config_table
@@ -521,6 +522,7 @@ class BetaRhoGrid(FairnessScenario):
     def check(self) -> None:
         super().check()
         checks.in_range("--rho", self.rho, 0.0)
+        check_hparams(self.policies, {"beta": self.beta})
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
 
     def configs(self) -> pd.DataFrame:

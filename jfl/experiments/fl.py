@@ -15,7 +15,7 @@ from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan, Sweep
 from jfl.experiments.cocs import HflScenario
-from jfl.experiments.common import check_policies
+from jfl.experiments.common import check_hparams, check_policies
 from jfl.experiments.cs_ucb import regret_metrics
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.fl.sweep import ACCURACY_COLUMNS, Training, write_figures
@@ -176,6 +176,7 @@ class FlCsUcbQ(Sweep, Training):
         checks.positive("--tau-max", self.tau_max)
         checks.positive("--distance", self.distance)
         check_policies(self.policies, self.environment)
+        check_hparams(self.policies, {"beta": self.beta})
         self.check_training()
 
     def plan(self) -> Plan:

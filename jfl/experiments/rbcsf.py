@@ -15,7 +15,7 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
-from jfl.experiments.common import check_policies
+from jfl.experiments.common import check_hparams, check_policies
 
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
 
@@ -51,6 +51,7 @@ class RbcsfScenario(Sweep):
         checks.integer("--m", self.m, 1, self.clients, "--clients")
         checks.in_range("--p-available", self.p_available, 0.0, 1.0)
         check_policies(self.policies, self.environment)
+        check_hparams(self.policies, self.grid())
 
     def grid(self) -> dict[str, list[float]]:
         return {name: list(getattr(self, name)) for name in SWEPT}

@@ -116,6 +116,9 @@ class PolicySpec:
     requires: tuple[str, ...] = ("available",)
     # What `size`, the second parameter of `build`, counts: one of SIZE_NAMES.
     size_name: str = "selection_size"
+    # The most clients one round can select, ``selects_at_most(num_clients, size)``; by default
+    # the size itself. Federated runs train that many slots a round, so shapes stay static.
+    selects_at_most: Callable[[int, int], int] | None = None
 
     def __post_init__(self) -> None:
         if self.size_name not in SIZE_NAMES:
@@ -140,6 +143,12 @@ class PolicySpec:
         hparams = dict(hparams or {})
         self.validate(hparams)
         return {**self.defaults(), **hparams}
+
+    def max_selected(self, num_clients: int, size: int) -> int:
+        """The most clients this policy selects in one round (see ``selects_at_most``)."""
+        if self.selects_at_most is None:
+            return int(size)
+        return int(self.selects_at_most(num_clients, size))
 
     def check_environment(self, env) -> None:
         """Raise if ``env`` does not provide what the policy reads (before anything compiles)."""

@@ -102,5 +102,7 @@ register(
         "FedCS: all available clients whose expected time meets the deadline (oracle)",
         requires=("available", "expected_time"),
         size_name="selection_size",
+        # Every client that meets the deadline, not m of them (FedCS is not capped, SPEC §9).
+        selects_at_most=lambda num_clients, size: num_clients,
     )
 )

@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 import itertools
 
+import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jfl.kernels import assignment
+from jfl.kernels import assignment, order
 from jfl.kernels.assignment import AssignmentResult, assignment_value, budgeted_assignment
 from jfl.reference.milp_assignment import (
     exact_assignment,
@@ -136,8 +138,39 @@ def value64(mask, weight):
 # --------------------------------------------------------------------------------------------
 
 
-def test_hand_examples():
+class HandExamplesTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_hand_examples(self):
+        _hand_examples(self.variant(budgeted_assignment))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_asserts_reject_bad_shapes(self):
+        """Wrong ranks, mismatched N or M and a non-bool coverage are refused at trace time."""
+        solve = self.variant(budgeted_assignment)
+        weight, cost, cover = jnp.ones((4, 2)), jnp.ones(4), jnp.ones((4, 2), bool)
+        bad = [
+            (jnp.ones(4), cost, cover, 1.0),  # weight not [N, M]
+            (weight, jnp.ones(3), cover, 1.0),  # cost of the wrong length
+            (weight, jnp.ones((4, 1)), cover, 1.0),  # cost not [N]
+            (weight, cost, jnp.ones((4, 3), bool), 1.0),  # coverage of another shape
+            (weight, cost, jnp.ones((4, 2)), 1.0),  # coverage not bool
+            (weight, cost, cover, jnp.ones(3)),  # budget not [M]
+            (weight, cost, cover, jnp.ones((1, 2))),  # budget of rank 2
+        ]
+        for args in bad:
+            with pytest.raises(AssertionError):
+                solve(*args)
+        with pytest.raises(AssertionError):
+            self.variant(assignment_value)(jnp.ones((4, 2), bool), jnp.ones((2, 4)))
+
+
+def _hand_examples(solver):
     """Small instances solved by hand: density order, one-ES rule, budgets, modified-greedy fix."""
+
+    def solve_one(*args):
+        result = solver(*args)
+        return AssignmentResult(np.asarray(result.mask), np.asarray(result.certified))
+
     f32 = functools.partial(np.array, dtype=np.float32)
     # One ES, budget 10: density takes A (w 1, c 1), then B (w 9, c 10) no longer fits; the fix
     # prefers B alone (9 > 1). Not certified (A is left out).
@@ -170,6 +203,10 @@ def test_hand_examples():
     assert mask.sum() == 2 and certified
 
 
+def _counting_path_order(key):
+    return order.counting_order(order.materialise(key))
+
+
 def test_counting_and_sort_orders_agree():
     """The two order paths (O(P^2) counting, stable sort) give the same order, ties included."""
     rng = np.random.default_rng(0)
@@ -178,8 +215,8 @@ def test_counting_and_sort_orders_agree():
             [-rng.integers(0, 4, (200, size)), -rng.random((50, size))], dtype=np.float32
         )
         keys[:, ::5] = 1.0  # the kernel's key for ineligible pairs
-        count = jax.jit(jax.vmap(assignment._counting_order))(keys)
-        sort = jax.jit(jax.vmap(assignment._sort_order))(keys)
+        count = jax.jit(jax.vmap(_counting_path_order))(keys)
+        sort = jax.jit(jax.vmap(order.sort_order))(keys)
         np.testing.assert_array_equal(count, sort)
         np.testing.assert_array_equal(sort, np.argsort(keys, axis=1, kind="stable"))
 

@@ -1,7 +1,8 @@
-"""Ridge, virtual-queue, reduction and UCB kernels against plain NumPy computations."""
+"""Ridge-regression kernels (RBCS-F eqs. 17-19) against plain NumPy computations."""
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,18 +10,13 @@ import pytest
 
 from jfl.kernels import (
     RidgeEstimate,
-    arm_stats_init,
-    arm_stats_update,
+    RidgeState,
     lower_confidence_bound,
     ridge_estimate,
     ridge_init,
     ridge_update,
-    ucb_bonus,
-    ucb_index,
     upper_confidence_bound,
-    virtual_queue_update,
 )
-from jfl.kernels.reduce import pairwise_mean, pairwise_sum
 from jfl.reference import expected_times, make_contexts, paper_theta
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -123,144 +119,98 @@ def test_ridge_initial_estimate():
         np.testing.assert_allclose(np.asarray(estimate.width), want, rtol=4 * EPS32)
 
 
-def test_ridge_update_ignores_unobserved_values():
-    """Arms that are not observed keep their statistics, even if their value is NaN."""
-    state = ridge_init(3, 3, 1.0)
-    c = jnp.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
-    new = ridge_update(
-        state, c, jnp.asarray([True, False, False]), jnp.asarray([2.0, jnp.nan, 5.0])
-    )
-    np.testing.assert_array_equal(np.asarray(new.gram[1:]), np.asarray(state.gram[1:]))
-    np.testing.assert_array_equal(np.asarray(new.target[1:]), 0.0)
-    np.testing.assert_allclose(np.asarray(new.gram[0]), np.eye(3) + np.outer([1, 2, 3], [1, 2, 3]))
-    np.testing.assert_allclose(np.asarray(new.target[0]), [2.0, 4.0, 6.0])
+class RidgeTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_ridge_update_ignores_unobserved_values(self):
+        """Arms that are not observed keep their statistics, even if their value is NaN."""
+        state = ridge_init(3, 3, 1.0)
+        c = jnp.asarray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+        observed = jnp.asarray([True, False, False])
+        new = self.variant(ridge_update)(state, c, observed, jnp.asarray([2.0, jnp.nan, 5.0]))
+        np.testing.assert_array_equal(np.asarray(new.gram[1:]), np.asarray(state.gram[1:]))
+        np.testing.assert_array_equal(np.asarray(new.target[1:]), 0.0)
+        want = np.eye(3) + np.outer([1, 2, 3], [1, 2, 3])
+        np.testing.assert_allclose(np.asarray(new.gram[0]), want)
+        np.testing.assert_allclose(np.asarray(new.target[0]), [2.0, 4.0, 6.0])
 
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_one_update_and_estimate_match_numpy(self):
+        """One ridge_update from random statistics, then ridge_estimate, vs float64 NumPy on
+        200 random arms (4 contexts each, SPD Gram matrices of moderate condition number)."""
+        rng = np.random.default_rng(37)
+        n, d = 200, 3
+        basis = rng.normal(size=(n, 4, d))
+        gram = (np.eye(d) + np.einsum("nki,nkj->nij", basis, basis)).astype(np.float32)
+        target = rng.normal(size=(n, d)).astype(np.float32)
+        context = rng.uniform(0.1, 3.0, (n, d)).astype(np.float32)
+        observed = rng.random(n) < 0.5
+        value = rng.uniform(0.0, 10.0, n).astype(np.float32)
 
-def test_confidence_bounds_and_clamp():
-    """lower_confidence_bound = max(mean − α·width, floor), clamped at 0; upper = mean + α·width."""
-    estimate = RidgeEstimate(
-        mean=jnp.asarray([5.0, 1.0, 0.0, -2.0, 3.0]),
-        width=jnp.asarray([1.0, 2.0, 1.0, 0.0, 0.0]),
-        theta=jnp.zeros((5, 3)),
-    )
-    lcb = np.asarray(lower_confidence_bound(estimate, 1.5))
-    np.testing.assert_array_equal(lcb, [3.5, 0.0, 0.0, 0.0, 3.0])
-    assert np.all(lcb >= 0.0) and not np.signbit(lcb).any()  # no -0.0 either
-    np.testing.assert_array_equal(
-        np.asarray(lower_confidence_bound(estimate, 1.5, floor=1.0)), [3.5, 1.0, 1.0, 1.0, 3.0]
-    )
-    np.testing.assert_array_equal(
-        np.asarray(upper_confidence_bound(estimate, 2.0)), [7.0, 5.0, 2.0, -2.0, 3.0]
-    )
+        def step(state, context, observed, value):
+            new = ridge_update(state, context, observed, value)
+            return new, ridge_estimate(new, context)
 
+        new, estimate = self.variant(step)(RidgeState(gram, target), context, observed, value)
+        x, c = observed.astype(float), context.astype(float)
+        want_gram = gram + x[:, None, None] * np.einsum("ni,nj->nij", c, c)
+        want_target = target + (x * value)[:, None] * c
+        np.testing.assert_allclose(np.asarray(new.gram), want_gram, rtol=4 * EPS32, atol=0)
+        np.testing.assert_allclose(np.asarray(new.target), want_target, rtol=4 * EPS32, atol=1e-5)
+        theta = np.linalg.solve(want_gram, want_target[..., None])[..., 0]
+        width = np.sqrt(np.einsum("ni,ni->n", c, np.linalg.solve(want_gram, c[..., None])[..., 0]))
+        cond = np.linalg.cond(want_gram)[:, None]
+        scale = np.linalg.norm(theta, axis=1, keepdims=True)
+        assert np.all(np.abs(np.asarray(estimate.theta) - theta) <= 16 * EPS32 * cond * scale)
+        width_err = np.abs(np.asarray(estimate.width) - width)
+        assert np.all(width_err <= 16 * EPS32 * cond[:, 0] * width)
+        mean = np.sum(c * theta, axis=1)
+        atol = 16 * EPS32 * cond[:, 0] * np.linalg.norm(c, axis=1) * scale[:, 0]
+        assert np.all(np.abs(np.asarray(estimate.mean) - mean) <= atol)
 
-# --------------------------------------------------------------------------------------------
-# virtual queues
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("per_client_rate", [False, True])
-def test_virtual_queue_update_matches_numpy_loop(per_client_rate):
-    """Z_t = max(Z_{t-1} + arrival − service, 0) over 500 rounds vs a float32 NumPy loop."""
-    rng = np.random.default_rng(33 + per_client_rate)
-    num_rounds, n = 500, 12
-    rate = rng.uniform(0.0, 0.6, n) if per_client_rate else np.asarray(0.15)
-    rate = rate.astype(np.float32)
-    service = rng.random((num_rounds, n)) < 0.3
-
-    @jax.jit
-    def run(rate, service):
-        def body(q, s):
-            q = virtual_queue_update(q, rate, s)
-            return q, q
-
-        return jax.lax.scan(body, jnp.zeros(n, jnp.float32), service)[1]
-
-    got = np.asarray(run(rate, service))
-    q = np.zeros(n, np.float32)
-    want = np.empty((num_rounds, n), np.float32)
-    for t in range(num_rounds):
-        q = np.maximum(q + rate - service[t].astype(np.float32), np.float32(0.0))
-        want[t] = q
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    assert np.all(got >= 0.0)
-
-
-# --------------------------------------------------------------------------------------------
-# batch-independent reductions
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 40, 1000])
-def test_pairwise_sum_matches_numpy(n):
-    """pairwise_sum vs np.sum in float64 (float32 input: pairwise rounding bound), and exactly
-    for integer-valued input; pairwise_mean = sum / n; the axis argument is honoured."""
-    rng = np.random.default_rng(34 + n)
-    x = rng.normal(size=(6, n)).astype(np.float32)
-    got = np.asarray(pairwise_sum(x))
-    # pairwise summation error ≤ ceil(log2 n)·eps32·Σ|x| (plus one rounding of the result)
-    tol = (np.ceil(np.log2(max(n, 2))) + 1) * EPS32 * np.abs(x.astype(float)).sum(axis=1)
-    assert np.all(np.abs(got - x.astype(float).sum(axis=1)) <= tol)
-    ints = rng.integers(-50, 50, (6, n)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(pairwise_sum(ints)), ints.sum(axis=1))
-    np.testing.assert_allclose(np.asarray(pairwise_mean(ints)), ints.mean(axis=1), rtol=1e-6)
-    cube = rng.integers(-5, 5, (3, n, 4)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(pairwise_sum(cube, axis=1)), cube.sum(axis=1))
-
-
-def test_pairwise_sum_empty_and_batch_invariance():
-    """Empty axis gives zeros; a row's sum is bit-identical whatever the batch it is vmapped in."""
-    assert np.asarray(pairwise_sum(jnp.zeros((3, 0)))).tolist() == [0.0, 0.0, 0.0]
-    rng = np.random.default_rng(35)
-    x = rng.normal(size=(64, 37)).astype(np.float32)
-    fn = jax.jit(jax.vmap(pairwise_sum))
-    full = np.asarray(fn(x))
-    for size in (1, 5, 17):
-        np.testing.assert_array_equal(np.asarray(fn(x[:size])), full[:size])
-
-
-# --------------------------------------------------------------------------------------------
-# UCB helpers
-# --------------------------------------------------------------------------------------------
-
-
-def test_arm_stats_incremental_mean_equals_plain_mean():
-    """arm_stats_update over 400 rounds: counts equal the play counts, means the plain sample means
-    (float32 incremental mean, relative error ≲ eps32·#plays); unplayed arms stay at 0."""
-    rng = np.random.default_rng(36)
-    num_rounds, n = 400, 10
-    played = rng.random((num_rounds, n)) < np.linspace(0.0, 0.9, n)  # arm 0 never played
-    reward = rng.uniform(0.0, 1.0, (num_rounds, n)).astype(np.float32)
-
-    @jax.jit
-    def run(played, reward):
-        def body(stats, x):
-            return arm_stats_update(stats, *x), None
-
-        return jax.lax.scan(body, arm_stats_init(n), (played, reward))[0]
-
-    stats = run(played, reward)
-    count = played.sum(axis=0)
-    np.testing.assert_array_equal(np.asarray(stats.count), count)
-    plain = np.where(count > 0, (played * reward).sum(axis=0) / np.maximum(count, 1), 0.0)
-    np.testing.assert_allclose(np.asarray(stats.mean), plain, rtol=EPS32 * num_rounds, atol=0)
-    assert float(stats.mean[0]) == 0.0 and float(stats.count[0]) == 0.0
-
-
-def test_ucb_bonus_and_index():
-    """ucb_bonus = sqrt(scale·ln t / z), +inf for unplayed arms, 0 at t = 1; ucb_index adds the
-    mean and caps it (unplayed arms then reach the cap)."""
-    count = jnp.asarray([0.0, 1.0, 4.0, 100.0])
-    mean = jnp.asarray([0.0, 0.5, 0.25, 0.9])
-    for t, scale in ((1, 2.0), (10, 2.0), (1000, 9.0)):
-        bonus = np.asarray(ucb_bonus(count, t, scale))
-        assert bonus[0] == np.inf
-        want = np.sqrt(scale * np.log(t) / np.asarray(count[1:], float))
-        np.testing.assert_allclose(bonus[1:], want, rtol=4 * EPS32)
-        index = ucb_index(arm_stats_init(4)._replace(count=count, mean=mean), t, scale)
-        np.testing.assert_allclose(np.asarray(index)[1:], np.asarray(mean)[1:] + want, rtol=1e-6)
-        capped = np.asarray(
-            ucb_index(arm_stats_init(4)._replace(count=count, mean=mean), t, scale, 1.0)
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_confidence_bounds_and_clamp(self):
+        """lower_confidence_bound = max(mean − α·width, floor), clamped at 0; upper = mean +
+        α·width."""
+        estimate = RidgeEstimate(
+            mean=jnp.asarray([5.0, 1.0, 0.0, -2.0, 3.0]),
+            width=jnp.asarray([1.0, 2.0, 1.0, 0.0, 0.0]),
+            theta=jnp.zeros((5, 3)),
         )
-        np.testing.assert_allclose(capped, np.minimum(np.asarray(index), 1.0))
-        assert capped[0] == 1.0
+        lower = self.variant(lower_confidence_bound)
+        lcb = np.asarray(lower(estimate, 1.5))
+        np.testing.assert_array_equal(lcb, [3.5, 0.0, 0.0, 0.0, 3.0])
+        assert np.all(lcb >= 0.0) and not np.signbit(lcb).any()  # no -0.0 either
+        np.testing.assert_array_equal(
+            np.asarray(lower(estimate, 1.5, floor=1.0)), [3.5, 1.0, 1.0, 1.0, 3.0]
+        )
+        np.testing.assert_array_equal(
+            np.asarray(self.variant(upper_confidence_bound)(estimate, 2.0)),
+            [7.0, 5.0, 2.0, -2.0, 3.0],
+        )
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_asserts_reject_bad_shapes(self):
+        """Mismatched arms or dimensions, a non-bool mask and non-scalar α are refused."""
+        state = ridge_init(4, 3, 1.0)
+        c, observed, value = jnp.ones((4, 3)), jnp.ones(4, bool), jnp.ones(4)
+        update = self.variant(ridge_update)
+        for args in [
+            (state, jnp.ones((4, 2)), observed, value),  # context of another dimension
+            (state, jnp.ones((5, 3)), observed, value),  # context of another arm count
+            (state, jnp.ones(3), observed, value),  # context not [N, d]
+            (state, c, jnp.ones(5, bool), value),  # observed of another length
+            (state, c, jnp.ones(4), value),  # observed not bool
+            (state, c, observed, jnp.ones(3)),  # values of another length
+            (RidgeState(state.gram[:, :2], state.target), c, observed, value),  # gram not d×d
+        ]:
+            with pytest.raises(AssertionError):
+                update(*args)
+        with pytest.raises(AssertionError):
+            self.variant(ridge_estimate)(state, jnp.ones((4, 2)))
+        estimate = RidgeEstimate(jnp.zeros(4), jnp.zeros(4), jnp.zeros((4, 3)))
+        with pytest.raises(AssertionError):
+            self.variant(lower_confidence_bound)(estimate, jnp.ones(4))
+        with pytest.raises(AssertionError):
+            self.variant(upper_confidence_bound)(estimate._replace(width=jnp.zeros(3)), 1.0)
+        with pytest.raises(AssertionError):
+            ridge_init(4, 3, jnp.ones(2))  # λ not a scalar

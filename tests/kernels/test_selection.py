@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 
-from jfl.kernels import divide_and_conquer, p4_objective, selection, topk_mask
+from jfl.kernels import divide_and_conquer, p4_objective, selection, selection_count, topk_mask
 from jfl.reference import p4_algorithm1, p4_bruteforce, p4_prefix_heap
 from jfl.reference import p4_objective as ref_objective
 
@@ -225,16 +227,6 @@ def test_divide_and_conquer_unpadded_small_shapes(num_clients):
             check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
 
 
-def test_divide_and_conquer_unbatched_jit_matches_vmap():
-    """An unbatched jitted call returns the same mask as the vmapped batch (per instance)."""
-    rng = np.random.default_rng(12)
-    tau, queue, available, V = random_instances(rng, 20, PAD_N, integer=True)
-    batched = np.asarray(batched_solver("small", 3)(tau, queue, available, V))
-    single = jax.jit(divide_and_conquer, static_argnums=3)
-    for i in range(20):
-        np.testing.assert_array_equal(single(tau[i], queue[i], available[i], 3, V[i]), batched[i])
-
-
 def test_small_pool_max_dispatch(monkeypatch):
     """SMALL_POOL_MAX selects the code path: 0 forces the sort-based large path for any N."""
 
@@ -338,27 +330,6 @@ def test_topk_mask_against_numpy(num_clients):
     np.testing.assert_array_equal(got.sum(axis=1), np.minimum(k, available.sum(axis=1)))
 
 
-def test_topk_mask_traced_k_under_jit():
-    """k passed as a jnp int to a jitted (unbatched) call; one compilation serves every k."""
-    scores = jnp.asarray([3.0, 1.0, 2.0, 2.0, 5.0, -1.0])
-    available = jnp.asarray([True, True, True, True, False, True])
-    fn = jax.jit(topk_mask)
-    for k in range(0, 8):
-        got = np.asarray(fn(scores, available, jnp.asarray(k)))
-        want = topk_reference(np.asarray(scores), np.asarray(available), k)
-        np.testing.assert_array_equal(got, want)
-    # 0 selects nothing; 2 selects 0 and the lower-index of the tie at 2.0
-    assert not np.asarray(fn(scores, available, jnp.asarray(0))).any()
-    assert np.asarray(fn(scores, available, jnp.asarray(2))).tolist() == [
-        True,
-        False,
-        True,
-        False,
-        False,
-        False,
-    ]
-
-
 @pytest.mark.parametrize("force_sort", [False, True])
 def test_topk_mask_signed_zero_ties(monkeypatch, force_sort):
     """0.0 and -0.0 are equal scores: the tie goes to the lower index on both rank paths."""
@@ -368,27 +339,6 @@ def test_topk_mask_signed_zero_ties(monkeypatch, force_sort):
     for k in range(5):
         got = np.asarray(topk_mask(scores, jnp.ones(4, bool), k))
         assert got.tolist() == [i < k for i in range(4)]
-
-
-@pytest.mark.parametrize("path", ["small", "large"])
-def test_divide_and_conquer_infinite_V_still_selects_k(path):
-    """Even for V = +inf (accepted by the rbcsf hyperparameter check) exactly k are selected."""
-    fn = {"small": _small_path, "large": _large_path}[path]
-    tau, queue = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 5.0, 1.0, 2.0])
-    selected = fn(tau, queue, jnp.ones(4, bool), jnp.inf, m=2)
-    assert int(np.sum(selected)) == 2
-
-
-def test_infinite_scores_and_times_keep_their_order():
-    """±inf scores (an unplayed arm's UCB index) rank first/last; an infinite τ̄ is never chosen
-    over finite ones when enough finite clients are available."""
-    scores = jnp.array([1.0, jnp.inf, -jnp.inf, 3.0, jnp.inf])
-    mask = np.asarray(topk_mask(scores, jnp.ones(5, bool), 3))
-    np.testing.assert_array_equal(mask, [False, True, False, True, True])
-    tau_bar = jnp.array([1.0, jnp.inf, 2.0, 3.0, 0.5])
-    queue = jnp.array([1.0, 5.0, 0.0, 0.0, 0.0])
-    chosen = np.asarray(divide_and_conquer(tau_bar, queue, jnp.ones(5, bool), 2, 1.0))
-    np.testing.assert_array_equal(chosen, [True, False, False, False, True])
 
 
 def test_topk_mask_exact_count_when_scores_are_fused_arithmetic():
@@ -420,3 +370,96 @@ def test_topk_mask_exact_count_when_scores_are_fused_arithmetic():
     )
     np.testing.assert_array_equal(np.asarray(masks).sum(axis=1), 1)
     assert not np.asarray(masks)[:, ~np.asarray(available)].any()
+
+
+# --------------------------------------------------------------------------------------------
+# unbatched calls with and without jit; the chex asserts at the boundary
+# --------------------------------------------------------------------------------------------
+
+
+class UnbatchedTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_divide_and_conquer_unbatched_matches_vmap(self):
+        """An unbatched call returns the same mask as the jitted vmapped batch (per instance)."""
+        rng = np.random.default_rng(12)
+        tau, queue, available, V = random_instances(rng, 20, PAD_N, integer=True)
+        batched = np.asarray(batched_solver("small", 3)(tau, queue, available, V))
+        single = self.variant(divide_and_conquer, static_argnums=3)
+        # op-by-op execution retraces the scan at every call: a few instances suffice there
+        count = 20 if self.variant.type == chex.ChexVariantType.WITH_JIT else 3
+        for i in range(count):
+            got = single(tau[i], queue[i], available[i], 3, V[i])
+            np.testing.assert_array_equal(got, batched[i])
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_topk_mask_traced_k(self):
+        """k passed as a jnp int (traced under jit: one compilation serves every k)."""
+        scores = jnp.asarray([3.0, 1.0, 2.0, 2.0, 5.0, -1.0])
+        available = jnp.asarray([True, True, True, True, False, True])
+        fn = self.variant(topk_mask)
+        for k in range(0, 8):
+            got = np.asarray(fn(scores, available, jnp.asarray(k)))
+            want = topk_reference(np.asarray(scores), np.asarray(available), k)
+            np.testing.assert_array_equal(got, want)
+        # 0 selects nothing; 2 selects 0 and the lower-index of the tie at 2.0
+        assert not np.asarray(fn(scores, available, jnp.asarray(0))).any()
+        got = np.asarray(fn(scores, available, jnp.asarray(2)))
+        assert got.tolist() == [True, False, True, False, False, False]
+        # integer scores (round robin ranks by -distance) are accepted
+        int_scores = np.int32([0, 2, 1, 2, 0, 1])
+        got = np.asarray(fn(jnp.asarray(int_scores), available, jnp.asarray(3)))
+        np.testing.assert_array_equal(got, topk_reference(int_scores, np.asarray(available), 3))
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters("small", "large")
+    def test_divide_and_conquer_infinite_V_still_selects_k(self, path):
+        """Even for V = +inf (accepted by the rbcsf hyperparameter check) exactly k are selected."""
+        solver = {"small": _small_path, "large": _large_path}[path]
+        fn = self.variant(functools.partial(solver, m=2))
+        tau, queue = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 5.0, 1.0, 2.0])
+        selected = fn(tau, queue, jnp.ones(4, bool), jnp.inf)
+        assert int(np.sum(selected)) == 2
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_infinite_scores_and_times_keep_their_order(self):
+        """±inf scores (an unplayed arm's UCB index) rank first/last; an infinite τ̄ is never
+        chosen over finite ones when enough finite clients are available."""
+        scores = jnp.array([1.0, jnp.inf, -jnp.inf, 3.0, jnp.inf])
+        mask = np.asarray(self.variant(topk_mask)(scores, jnp.ones(5, bool), 3))
+        np.testing.assert_array_equal(mask, [False, True, False, True, True])
+        tau_bar = jnp.array([1.0, jnp.inf, 2.0, 3.0, 0.5])
+        queue = jnp.array([1.0, 5.0, 0.0, 0.0, 0.0])
+        dnc = self.variant(divide_and_conquer, static_argnums=3)
+        chosen = np.asarray(dnc(tau_bar, queue, jnp.ones(5, bool), 2, 1.0))
+        np.testing.assert_array_equal(chosen, [True, False, False, False, True])
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_asserts_reject_bad_shapes(self):
+        """Wrong ranks, mismatched lengths, non-scalar k / m / V and an integer τ̄ are refused."""
+        z, ones = jnp.zeros(4), jnp.ones(4, bool)
+        topk = self.variant(topk_mask)
+        for args in [
+            (jnp.zeros((2, 4)), jnp.ones((2, 4), bool), 1),  # a batch axis: vmap instead
+            (z, jnp.ones(5, bool), 1),  # lengths differ
+            (z, ones, jnp.ones(2, jnp.int32)),  # k not a scalar
+            (z, ones, 1.5),  # k not an integer
+        ]:
+            with pytest.raises(AssertionError):
+                topk(*args)
+        dnc = self.variant(divide_and_conquer, static_argnums=3)
+        for args in [
+            (z, jnp.zeros(5), ones, 2, 1.0),  # queue of another length
+            (z, z, jnp.ones(3, bool), 2, 1.0),  # availability of another length
+            (z, z, ones, 2, jnp.ones(4)),  # V not a scalar
+            (jnp.zeros(4, jnp.int32), z, ones, 2, 1.0),  # integer τ̄
+            (jnp.zeros((1, 4)), jnp.zeros((1, 4)), jnp.ones((1, 4), bool), 2, 1.0),
+        ]:
+            with pytest.raises(AssertionError):
+                dnc(*args)
+        count = self.variant(selection_count)
+        with pytest.raises(AssertionError):
+            count(jnp.ones((2, 4), bool), 2)
+        with pytest.raises(AssertionError):
+            count(ones, jnp.ones(2, jnp.int32))
+        with pytest.raises(AssertionError):
+            self.variant(p4_objective)(ones, z, jnp.zeros(3), 1.0)

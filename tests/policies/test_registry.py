@@ -188,3 +188,10 @@ def test_rbcsf_rejects_unknown_alpha_schedule():
     """An unknown alpha_schedule option raises ValueError naming it."""
     with pytest.raises(ValueError, match="alpha_schedule"):
         get("rbcsf").build(num_clients=10, selection_size=3, alpha_schedule="sometimes")
+
+
+def test_max_selected_is_the_size_except_where_a_policy_declares_more():
+    """FedCS takes every client that meets its deadline; the others select at most their size."""
+    assert get("fedcs").max_selected(40, 8) == 40
+    for name in ("rbcsf", "random", "cs_ucb_q", "round_robin"):
+        assert get(name).max_selected(40, 8) == 8

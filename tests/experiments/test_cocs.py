@@ -1,7 +1,13 @@
-"""The cocs_hfl sweep: flags, outputs, Oracle regret, traced scenarios and bool[N, M] actions."""
+"""The cocs_hfl experiment: flags, outputs, Oracle regret, traced scenarios and bool[N, M]
+actions.
+
+One tiny Oracle/COCS run over two budgets × two deadlines (a module fixture) serves every output
+check; bad flags stop before anything compiles, so they are covered broadly.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -11,20 +17,16 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from jfl import cli, driver
 from jfl.envs.hfl import HflEnv, preset_params
+from jfl.experiments.cocs import CocsHfl, attach_oracle, utility_metrics
 from jfl.policies import Policy
-from jfl.results import attach_oracle, load_dataset, summarize
+from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
-from tests.cli_helpers import load_script, run_cli
 
-cli = load_script("cocs_hfl")
-
-TINY = ["--clients", "8", "--servers", "2", "--seeds", "3", "--rounds", "30", "--quiet"]
-M = 2  # --servers in TINY
-
-
-def _run_cli(argv, capsys):
-    return run_cli(cli, argv, capsys)
+TINY = dict(clients=8, servers=2, seeds=3, rounds=30, quiet=True)
+TINY_ARGV = ["--clients", "8", "--servers", "2", "--seeds", "3", "--rounds", "30", "--quiet"]
+M = 2  # servers in TINY
 
 
 def _config(ds, **labels):
@@ -36,52 +38,54 @@ def _config(ds, **labels):
     return int(index)
 
 
+def _error(argv, capsys, tmp_path) -> str:
+    """Run the command line expecting one error line and exit 2 before --out is created."""
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit:
+        cli.main(CocsHfl, [*TINY_ARGV, *argv, "--out", str(out)], prog="cocs_hfl")
+    err = capsys.readouterr().err
+    assert exit.value.code == 2, err
+    assert err.count("\n") == 1 and err.startswith("cocs_hfl: error: "), err
+    assert not out.exists()
+    return err
+
+
 # --------------------------------------------------------------------------- bad input
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--budget", "0"], "--budget must be finite and > 0"),
-        (["--budget", "-1"], "--budget must be finite and > 0"),
-        (["--budget", "2,0"], "--budget must be finite and > 0"),
-        (["--deadline", "0"], "--deadline must be finite and > 0"),
+        (["--budget", "0"], "--budget must be in (0, inf), got [0.0]"),
+        (["--budget", "-1"], "--budget must be in (0, inf)"),
+        (["--budget", "2,0"], "--budget must be in (0, inf), got [2.0, 0.0]"),
+        (["--budget", "inf"], "--budget must be in (0, inf)"),
+        (["--budget", "nan"], "--budget must be in (0, inf)"),
+        (["--budget", "a,b"], "--budget"),
+        (["--deadline", "0"], "--deadline must be in (0, inf)"),
+        (["--deadline", "inf"], "--deadline must be in (0, inf)"),
         (["--h-T", "0"], "--h-T must be integers in [1, 10]"),
         (["--h-T", "11"], "--h-T must be integers in [1, 10]"),
         (["--h-T", "2.5"], "--h-T must be integers in [1, 10]"),
+        (["--h-T", "inf"], "--h-T must be integers in [1, 10]"),
+        (["--h-T", "nan"], "--h-T must be integers in [1, 10]"),
         (["--z", "0"], "z must be in (0.0, 1.0]"),
         (["--z", "1.5"], "z must be in (0.0, 1.0]"),
-        (["--servers", "0"], "--servers must be in [1, --clients=8]"),
-        (["--servers", "9"], "--servers must be in [1, --clients=8]"),
+        (["--servers", "0"], "--servers must be an integer in [1, --clients=8], got 0"),
+        (["--servers", "9"], "--servers must be an integer in [1, --clients=8], got 9"),
+        (["--clients", "x"], "--clients"),
         (["--p-cover", "1.5"], "--p-cover must be in [0, 1]"),
+        (["--preset", "imagenet"], "--preset"),
         (["--seeds", "0"], "--seeds must be an integer >= 1"),
-        (["--policies", "cocs,magic"], "unknown policy 'magic'"),
-        (["--resume", "--overwrite"], "exclude each other"),
+        (["--policies", "cocs,magic"], "--policies: unknown policy 'magic'"),
+        (["--policies", "cocs,cocs"], "--policies: duplicate names"),
+        (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),
+        (["--no-such-flag"], "--no-such-flag"),
     ],
 )
-def test_bad_flag_exits_2_naming_it_before_writing(argv, message, capsys, tmp_path):
-    """Each bad flag exits with status 2 and a message naming it; --out is never created."""
-    out = tmp_path / "out"
-    code, err = _run_cli([*TINY, *argv, "--out", str(out)], capsys)
-    assert code == 2
-    assert message in err
-    assert not out.exists()
-
-
-@pytest.mark.parametrize(
-    ("argv", "flag"),
-    [
-        (["--h-T", "inf"], "--h-T"),  # OverflowError from int(inf): a traceback, exit status 1
-        (["--h-T", "nan"], "--h-T"),  # "cannot convert float NaN to integer", no flag named
-        (["--budget", "inf"], "--budget"),  # accepted; make_params would refuse budget=inf
-        (["--deadline", "inf"], "--deadline"),  # accepted; make_params would refuse deadline=inf
-    ],
-)
-def test_non_finite_scenario_values_are_refused(argv, flag):
-    """Non-finite --h-T, --budget and --deadline raise a ValueError naming the flag."""
-    args = cli.build_parser().parse_args([*TINY, *argv])
-    with pytest.raises(ValueError, match=flag):
-        cli.check_args(args)
+def test_bad_flag_gives_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    """Each bad flag: exit status 2, one line naming it; --out is never created."""
+    assert message in _error(argv, capsys, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -90,11 +94,17 @@ def test_non_finite_scenario_values_are_refused(argv, flag):
 )
 def test_client_level_policy_is_refused_for_hfl(policy, reads, capsys, tmp_path):
     """Client-level policies are refused, naming the policy, the fields it reads and hfl."""
-    out = tmp_path / "out"
-    code, err = _run_cli([*TINY, "--policies", f"oracle,{policy}", "--out", str(out)], capsys)
-    assert code == 2
-    assert f"policy {policy!r} reads" in err and reads in err and "'hfl'" in err
-    assert not out.exists()
+    err = _error(["--policies", f"oracle,{policy}"], capsys, tmp_path)
+    assert f"--policies: policy {policy!r} reads" in err and reads in err and "'hfl'" in err
+
+
+def test_preset_decides_the_utility_and_the_scenario():
+    """mnist: eq. 8 and Table I's budget/deadline; cifar: eq. 19 (plan only, nothing runs)."""
+    mnist = CocsHfl(**TINY).plan()
+    assert mnist.metadata["utility"] == "eq. 8 (linear)"
+    assert CocsHfl(**TINY).scenario() == {"budget": [3.5], "deadline": [3.0]}
+    assert CocsHfl(preset="cifar", **TINY).plan().metadata["utility"] == "eq. 19 (square root)"
+    assert CocsHfl(preset="cifar", **TINY).scenario() == {"budget": [40.0], "deadline": [20.0]}
 
 
 # --------------------------------------------------------------------------- end to end
@@ -102,27 +112,27 @@ def test_client_level_policy_is_refused_for_hfl(policy, reads, capsys, tmp_path)
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One small Oracle/COCS run over two budgets (shared by the output checks)."""
+    """Oracle and COCS over budgets {0.5, 4} × deadlines {2, 4}: 8 configurations."""
     out = tmp_path_factory.mktemp("cocs") / "run"
-    argv = [*TINY, "--policies", "cocs,oracle", "--budget", "2,4", "--out", str(out)]
-    assert cli.main(argv) == 0
-    return argv, out
+    config = CocsHfl(
+        policies=("cocs", "oracle"), budget=(0.5, 4.0), deadline=(2.0, 4.0), out=str(out), **TINY
+    )
+    return driver.run(config)
 
 
 def test_end_to_end_writes_summary_results_metadata_and_figures(tiny_run):
     """A tiny run writes summary.csv, results.nc, metadata.json and the utility figures."""
-    _, out = tiny_run
-    for name in ("summary.csv", "results.nc", "metadata.json"):
-        assert (out / name).is_file()
+    out = tiny_run.out
     metadata = json.loads((out / "metadata.json").read_text())
     assert metadata["utility"] == "eq. 8 (linear)"
-    assert metadata["config"]["environment"] == "hfl"
+    assert metadata["config"]["experiment"] == "cocs_hfl"
     for name in (
         "cumulative_utility",
         "cumulative_utility_sqrt",
         "regret",
         "success_per_round",
         "utility_vs_budget",
+        "utility_vs_deadline",
     ):
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000
 
@@ -136,9 +146,10 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny_run):
     ):
         required += [metric, f"{metric}_lo", f"{metric}_hi"]
     assert set(required) <= set(summary.columns)
-    assert list(summary["policy"]) == ["cocs"] * 2 + ["oracle"] * 2
-    assert list(summary["budget"]) == [2.0, 4.0] * 2
-    assert (summary["deadline"] == 3.0).all() and (summary["n_seeds"] == 3).all()
+    assert list(summary["policy"]) == ["cocs"] * 4 + ["oracle"] * 4
+    assert list(summary["budget"]) == [0.5, 0.5, 4.0, 4.0] * 2
+    assert list(summary["deadline"]) == [2.0, 4.0] * 4
+    assert (summary["n_seeds"] == 3).all()
     assert summary.loc[summary.policy != "cocs", ["h_T", "z"]].isna().all(axis=None)
     assert (summary.loc[summary.policy == "cocs", ["h_T", "z"]] == [5.0, 0.4]).all(axis=None)
     oracle = summary[summary.policy == "oracle"]
@@ -146,24 +157,24 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny_run):
         assert (oracle[column] == 0.0).all()
 
     with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
-        assert dict(ds.sizes) == {"config": 4, "seed": 3, "round": 30, "client": 8}
+        assert dict(ds.sizes) == {"config": 8, "seed": 3, "round": 30, "client": 8}
         assert {"utility", "num_success", "num_selected", "oracle_utility"} <= set(ds.data_vars)
+        assert "queue_rate" not in ds.coords
         assert json.loads(ds.attrs["metadata"])["utility"] == "eq. 8 (linear)"
 
 
 def test_oracle_utility_and_utility_metrics_recomputed_from_results(tiny_run):
     """oracle_utility is the Oracle's in-scenario utility; summary metrics match results.nc."""
-    _, out = tiny_run
-    ds = load_dataset(out / "results.nc")
-    summary = pd.read_csv(out / "summary.csv")
+    ds = load_dataset(tiny_run.out / "results.nc")
+    summary = tiny_run.summary
     utility = ds["utility"].to_numpy().astype(np.float64)
     oracle_utility = ds["oracle_utility"].to_numpy().astype(np.float64)
     num_success = ds["num_success"].to_numpy()
     np.testing.assert_array_equal(ds["utility"].to_numpy(), num_success.astype(np.float32) / M)
     assert (num_success <= ds["num_selected"].to_numpy()).all()
     for c in range(ds.sizes["config"]):
-        budget = float(ds["budget"][c])
-        o = _config(ds, policy="oracle", budget=budget, deadline=float(ds["deadline"][c]))
+        budget, deadline = float(ds["budget"][c]), float(ds["deadline"][c])
+        o = _config(ds, policy="oracle", budget=budget, deadline=deadline)
         np.testing.assert_array_equal(oracle_utility[c], utility[o])
         row = summary.iloc[c]
         assert (row["policy"], row["budget"]) == (str(ds["policy"][c].item()), budget)
@@ -174,8 +185,8 @@ def test_oracle_utility_and_utility_metrics_recomputed_from_results(tiny_run):
             ("regret_vs_oracle", (oracle_utility[c] - utility[c]).sum(-1)),
         ):
             np.testing.assert_allclose(row[metric], per_seed.mean(), rtol=1e-12, err_msg=metric)
-    # The Oracle's utility differs between the budgets: the match is per budget, not any Oracle.
-    low, high = (_config(ds, policy="cocs", budget=b) for b in (2.0, 4.0))
+    # The Oracle's utility differs between the scenarios: the match is per scenario.
+    low, high = (_config(ds, policy="cocs", budget=b, deadline=4.0) for b in (0.5, 4.0))
     assert oracle_utility[low].sum() < oracle_utility[high].sum()
 
 
@@ -201,67 +212,50 @@ def test_attach_oracle_matches_budget_and_deadline_by_hand():
     assert attached["oracle_utility"].dims == ("config", "seed", "round")
     np.testing.assert_array_equal(attached["oracle_utility"].to_numpy(), utility[oracle_row])
     np.testing.assert_array_equal(attached["utility"].to_numpy(), utility)
-    without = ds.isel(config=[0, 1, 6])
-    assert "oracle_utility" not in attach_oracle(without)
+    assert "oracle_utility" not in attach_oracle(ds.isel(config=[0, 1, 6]))
+    with pytest.raises(ValueError, match="no oracle configuration shares the scenario"):
+        attach_oracle(ds.isel(config=[1, 4]))
 
 
 def test_summary_without_oracle_has_no_regret(tiny_run):
     """Regret needs the Oracle: without oracle_utility the summary has no regret columns."""
-    _, out = tiny_run
-    ds = load_dataset(out / "results.nc").drop_vars("oracle_utility")
-    summary = summarize(ds)
+    ds = tiny_run.dataset.drop_vars("oracle_utility")
+    summary = summarize(ds, metrics=utility_metrics)
     assert "cumulative_utility" in summary and "regret_vs_oracle" not in summary
-
-
-def test_resume_reproduces_the_summary_and_rerun_needs_a_flag(tiny_run, capsys):
-    """--resume over a finished run rewrites the same summary.csv; a bare re-run exits 2."""
-    argv, out = tiny_run
-    before = (out / "summary.csv").read_bytes()
-    chunk = next((out / "chunks" / "cocs").glob("*.npz"))
-    mtime = chunk.stat().st_mtime_ns
-    assert cli.main([*argv, "--resume", "--no-plots"]) == 0
-    assert (out / "summary.csv").read_bytes() == before
-    assert chunk.stat().st_mtime_ns == mtime  # nothing recomputed
-    capsys.readouterr()
-    code, err = _run_cli(argv, capsys)
-    assert code == 2 and "already holds a sweep" in err
-    assert (out / "summary.csv").read_bytes() == before
 
 
 # --------------------------------------------------------------------------- traced scenarios
 
 
-def test_budget_and_deadline_are_traced_per_configuration(tmp_path):
+def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
     """In one grid the larger budget selects more; a config is bit-identical alone or in a grid."""
-    common = [*TINY, "--policies", "oracle", "--no-plots"]
-    grid_out, alone_out = tmp_path / "grid", tmp_path / "alone"
-    argv = [*common, "--budget", "0.5,10", "--deadline", "2,4", "--out", str(grid_out)]
-    assert cli.main(argv) == 0
-    argv = [*common, "--budget", "10", "--deadline", "4", "--out", str(alone_out)]
-    assert cli.main(argv) == 0
-    grid, alone = load_dataset(grid_out / "results.nc"), load_dataset(alone_out / "results.nc")
-    assert grid.sizes["config"] == 4 and alone.sizes["config"] == 1
+    grid = tiny_run.dataset
 
     def oracle(budget, deadline, var):
         return grid[var][_config(grid, policy="oracle", budget=budget, deadline=deadline)]
 
     for deadline in (2.0, 4.0):
         small = oracle(0.5, deadline, "num_selected").mean()
-        large = oracle(10.0, deadline, "num_selected").mean()
+        large = oracle(4.0, deadline, "num_selected").mean()
         assert small < large, (deadline, small, large)
     # Costs are at least 1 per client: a budget of 0.5 affords no one.
     assert (oracle(0.5, 4.0, "num_selected") == 0).all()
     # Same draws (common random numbers): the later deadline succeeds more often.
-    assert oracle(10.0, 4.0, "num_success").sum() > oracle(10.0, 2.0, "num_success").sum()
+    assert oracle(4.0, 4.0, "num_success").sum() > oracle(4.0, 2.0, "num_success").sum()
 
+    config = dataclasses.replace(
+        tiny_run.config, policies=("oracle",), budget=(4.0,), deadline=(4.0,), plots=False
+    )
+    alone = driver.run(dataclasses.replace(config, out=str(tmp_path / "alone"))).dataset
+    assert alone.sizes["config"] == 1
     a = alone.isel(config=0)
-    g = grid.isel(config=_config(grid, policy="oracle", budget=10.0, deadline=4.0))
+    g = grid.isel(config=_config(grid, policy="oracle", budget=4.0, deadline=4.0))
     assert set(alone.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
     for var in alone.data_vars:
         np.testing.assert_array_equal(g[var].to_numpy(), a[var].to_numpy(), err_msg=var)
 
 
-# --------------------------------------------------------------------------- runner
+# --------------------------------------------------------------------------- runner on hfl
 
 
 def test_runner_reduces_client_to_server_actions_over_servers():

@@ -1,0 +1,190 @@
+"""The generic federated-sweep pieces of jfl.fl.sweep: stacked data, memory estimates, the
+Training settings and their plan (no training runs here: the experiments' tests run them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from jfl.driver import Plan, Sweep
+from jfl.envs import RbcsfEnv
+from jfl.fl.data import Dataset, load_digits
+from jfl.fl.models import make_model
+from jfl.fl.partition import make_partition
+from jfl.fl.sweep import (
+    Training,
+    bytes_per_fl_run,
+    federated_data,
+    model_footprint,
+    scenario_label,
+    write_figures,
+)
+from jfl.fl.train import EVAL_BATCH
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyTraining(Sweep, Training):
+    rounds: int = 10
+
+
+def _dataset(n=40, n_test=10, shape=(4, 4, 1), classes=4) -> Dataset:
+    rng = np.random.default_rng(0)
+    return Dataset(
+        "digits",
+        rng.random((n, *shape), np.float32),
+        np.arange(n, dtype=np.int32) % classes,
+        rng.random((n_test, *shape), np.float32),
+        np.arange(n_test, dtype=np.int32) % classes,
+        classes,
+    )
+
+
+# --------------------------------------------------------------------------- data and model
+
+
+def test_federated_data_stacks_partitions_padded_to_one_size():
+    dataset = _dataset()
+    iid = make_partition("iid", dataset.y_train, 4, 0)
+    skewed = make_partition("dirichlet", dataset.y_train, 4, 0, concentration=0.3)
+    data = federated_data(dataset, [iid, skewed])
+    width = max(iid.count.max(), skewed.count.max())
+    assert data.x.shape == (2, 4, width, 4, 4, 1)
+    assert data.y.shape == data.mask.shape == (2, 4, width)
+    np.testing.assert_array_equal(data.count, np.stack([iid.count, skewed.count]))
+    np.testing.assert_array_equal(np.asarray(data.mask).sum(-1), data.count)
+    np.testing.assert_array_equal(data.x_test, dataset.x_test)
+    for p, partition in enumerate((iid, skewed)):
+        for k in range(4):
+            rows = partition.indices[k, : partition.count[k]]
+            np.testing.assert_array_equal(data.x[p, k, : len(rows)], dataset.x_train[rows])
+            np.testing.assert_array_equal(data.y[p, k, : len(rows)], dataset.y_train[rows])
+            assert not np.asarray(data.x[p, k, len(rows) :]).any()  # zero padding
+    with pytest.raises(ValueError, match="at least one partition"):
+        federated_data(dataset, [])
+
+
+def test_model_footprint_of_logistic_regression():
+    """Logistic regression on 8×8 images: 64·10 weights + 10 biases; activations ≥ inputs."""
+    params, activations = model_footprint(make_model("logistic", 10), (8, 8, 1))
+    assert params == 64 * 10 + 10
+    assert activations >= 64
+
+
+def test_bytes_per_fl_run_grows_with_slots_batch_and_model():
+    base = dict(slots=2, batch_size=10, num_servers=1, num_rounds=10, num_clients=8)
+    small = bytes_per_fl_run(650, 64, **base)
+    assert small > 0
+    assert bytes_per_fl_run(650, 64, **{**base, "slots": 4}) > small
+    assert bytes_per_fl_run(65_000, 64, **base) > small
+    # Training activations count once the batch exceeds the evaluation batch.
+    training = bytes_per_fl_run(650, 64, **{**base, "batch_size": 2 * EVAL_BATCH})
+    assert training > small
+
+
+# --------------------------------------------------------------------------- Training
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"dataset": "imagenet"}, "--dataset must be one of"),
+        ({"model": "resnet"}, "--model must be one of"),
+        ({"aggregation": "magic"}, "--aggregation must be one of"),
+        ({"epochs": 0}, "--epochs must be an integer >= 1"),
+        ({"batch_size": 0}, "--batch-size must be an integer >= 1"),
+        ({"eval_every": 0}, "--eval-every must be an integer >= 1"),
+        ({"eval_every": 3}, "--eval-every must divide --rounds=10, got 3"),
+        ({"partition_seed": -1}, "--partition-seed must be an integer >= 0"),
+        ({"target_accuracy": 0.0}, "--target-accuracy must be in (0, 1]"),
+        ({"target_accuracy": float("nan")}, "--target-accuracy must be in (0, 1]"),
+        ({"lr": (0.1, 0.0)}, "--lr must be in (0, inf)"),
+        ({"lr": (float("inf"),)}, "--lr must be in (0, inf)"),
+    ],
+)
+def test_training_checks_name_the_flag(changes, message):
+    TinyTraining().check_training()
+    with pytest.raises(ValueError) as err:
+        dataclasses.replace(TinyTraining(), **changes).check_training()
+    assert message in str(err.value)
+
+
+def test_federated_plan_adds_learner_data_memory_and_accuracy_attributes():
+    """The plan gets a learner per (policy, size) with its slots, the stacked partitions, the
+    per-configuration learning rate and partition, and a finish that labels the dataset."""
+    dataset = load_digits()
+    partitions = [make_partition("iid", dataset.y_train, 6, seed) for seed in (0, 1)]
+    configs = pd.DataFrame(
+        {"policy": "random", "partition": [0, 1], "learning_rate": [0.1, 0.3], "queue_rate": 0.1}
+    )
+    env = RbcsfEnv()
+    selection = Plan(env, env.default_params(num_clients=6), configs, 2, per_run_bytes=0)
+    asked = []
+
+    def slots(policy, size):
+        asked.append((policy, size))
+        return size + 1
+
+    training = TinyTraining(target_accuracy=0.5, eval_every=5)
+    plan = training.federated_plan(selection, dataset, partitions, slots)
+    assert plan.per_run_bytes > 0 and plan.eval_every == 5
+    np.testing.assert_array_equal(plan.per_config["learning_rate"], [0.1, 0.3])
+    np.testing.assert_array_equal(plan.per_config["partition"], [0, 1])
+    assert plan.data.x.shape[:2] == (2, 6)
+    assert plan.metadata["model"] == {"name": "logistic", "parameters": 64 * 10 + 10}
+    assert plan.metadata["data"]["train"] == 1437 and plan.metadata["data"]["test"] == 360
+    assert plan.learner("random", 2).num_servers == 1
+    assert ("random", 2) in asked
+
+    ds = xr.Dataset(coords={"config": [0, 1], "client": np.arange(6)})
+    ds = plan.finish(ds)
+    assert ds.attrs["target_accuracy"] == 0.5
+    np.testing.assert_array_equal(ds["data_size"], np.stack([p.count for p in partitions]))
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _accuracy_dataset():
+    rng = np.random.default_rng(0)
+    configs, seeds, rounds, evals = 4, 3, 10, [0, 5, 10]
+    return xr.Dataset(
+        {
+            "accuracy": (("config", "seed", "eval"), rng.random((configs, seeds, len(evals)))),
+            "wall_clock": (
+                ("config", "seed", "round"),
+                np.cumsum(rng.random((configs, seeds, rounds)), -1),
+            ),
+        },
+        coords={
+            "config": np.arange(configs),
+            "seed": np.arange(seeds),
+            "round": np.arange(1, rounds + 1),
+            "eval": evals,
+            "policy": ("config", np.array(["rbcsf", "random"] * 2)),
+            "partition": ("config", [0.0, 0.0, 1.0, 1.0]),
+            "gamma1": ("config", [1.0, 1.0, np.inf, np.inf]),
+            "learning_rate": ("config", [0.1] * 4),
+        },
+        attrs={"target_accuracy": 0.5},
+    )
+
+
+def test_scenario_label_names_only_varying_columns():
+    ds = _accuracy_dataset()
+    assert scenario_label(ds, 0, ("gamma1", "learning_rate")) == "gamma1=1"
+    assert scenario_label(ds, 2, ("gamma1", "learning_rate")) == "gamma1=iid"
+    assert scenario_label(ds, 2) == ""
+
+
+def test_write_figures_one_pair_per_scenario(tmp_path):
+    write_figures(_accuracy_dataset(), tmp_path, "title", ("gamma1", "learning_rate"))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        f"accuracy_vs_{against}_gamma1-{g}.png"
+        for against in ("round", "time")
+        for g in ("1", "iid")
+    ]

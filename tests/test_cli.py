@@ -1,0 +1,167 @@
+"""jfl.cli: command lines generated from experiment configs (nothing here compiles or runs).
+
+List flags take three syntaxes, ``--help`` exits 0, booleans come as ``--x/--no-x``, and every
+bad input (tyro's parse errors and the config's checks alike) is one stderr line
+``<prog>: error: <message>`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jfl import cli
+from jfl.experiments import EXPERIMENTS, CsUcbQFairness, FlRbcsf, VBetaGrid
+
+
+def _fails(config_type, argv, capsys, tmp_path=None) -> str:
+    """Run ``jfl.cli.main`` expecting exit 2 with exactly one stderr line; returns that line."""
+    if tmp_path is not None:
+        argv = [*argv, "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(config_type, argv, prog="prog")
+    captured = capsys.readouterr()
+    assert exc.value.code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("prog: error: ")
+    assert captured.out == ""
+    if tmp_path is not None:
+        assert not (tmp_path / "out").exists()
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_no_flags_give_the_config_defaults():
+    for config_type in EXPERIMENTS.values():
+        assert cli.parse(config_type, [], prog="prog") == config_type()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--V", "0,25,50"],
+        ["--V", "0", "25", "50"],
+        ["--V", "0:50:3"],
+        ["--V", "0,", "25,", "50"],
+        ["--V", "0, 25", "50"],
+    ],
+    ids=["commas", "spaces", "range", "trailing-commas", "mixed"],
+)
+def test_list_syntaxes_give_the_same_config(argv):
+    config = cli.parse(VBetaGrid, [*argv, "--beta", "0.1", "--seeds", "4"], prog="prog")
+    assert config == VBetaGrid(V=(0.0, 25.0, 50.0), beta=(0.1,), seeds=4)
+
+
+def test_name_lists_take_commas_or_spaces():
+    commas = cli.parse(VBetaGrid, ["--policies", "rbcsf,random"], prog="prog")
+    spaces = cli.parse(VBetaGrid, ["--policies", "rbcsf", "random"], prog="prog")
+    assert commas.policies == spaces.policies == ("rbcsf", "random")
+
+
+def test_concentrations_take_iid_as_infinity():
+    config = cli.parse(FlRbcsf, ["--gamma1", "1,10,iid"], prog="prog")
+    assert config.gamma1 == (1.0, 10.0, math.inf)
+    assert cli.parse(FlRbcsf, ["--gamma1", "0.5", "IID"], prog="prog").gamma1 == (0.5, math.inf)
+    assert cli.parse_gamma("2, iid") == [2.0, math.inf]
+    for bad, message in (("0", "must be > 0"), ("x", "expected numbers > 0 or 'iid'"), ("", "no")):
+        with pytest.raises(ValueError, match=message):
+            cli.parse_gamma(bad, "--gamma1")
+
+
+def test_booleans_have_a_no_form():
+    default = cli.parse(VBetaGrid, [], prog="prog")
+    assert default.plots and not default.quiet and default.fast_prng and not default.resume
+    config = cli.parse(
+        VBetaGrid, ["--no-plots", "--quiet", "--no-fast-prng", "--resume"], prog="prog"
+    )
+    assert not config.plots and config.quiet and not config.fast_prng and config.resume
+    assert cli.parse(VBetaGrid, ["--no-plots", "--plots"], prog="prog").plots
+    # An experiment whose default is on still gets the --no- form.
+    assert CsUcbQFairness().trajectories
+    assert not cli.parse(CsUcbQFairness, ["--no-trajectories"], prog="prog").trajectories
+
+
+def test_help_exits_0_listing_the_flags(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse(VBetaGrid, ["--help"], prog="v_beta_grid.py")
+    assert exc.value.code in (0, None)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "v_beta_grid.py" in text
+    for flag in ("--V", "--beta", "--p-available", "--seeds", "--out", "--no-plots", "--resume"):
+        assert flag in text, flag
+    assert "error" not in captured.err
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--seeds", "many"], ["--seeds", "'many'"]),  # a word for an int
+        (["--m", "2.5"], ["--m", "'2.5'"]),
+        (["--p-available", "high"], ["--p-available", "'high'"]),
+        (["--bogus"], ["--bogus"]),  # an unknown flag
+        (["--N", "2"], ["--N"]),  # a flag of another experiment
+        (["--V", "1,x"], ["--V", "'1,x'"]),  # a bad list
+        (["--V", "0:50"], ["--V", "start:stop:count"]),
+        (["--V", "0:50:x"], ["--V", "start:stop:count"]),
+        (["--ci", "normal"], ["--ci", "normal"]),  # not one of the choices
+        (["--seeds"], ["--seeds"]),  # a flag without its value
+    ],
+)
+def test_parse_errors_are_one_line_naming_the_flag(argv, expected, capsys, tmp_path):
+    line = _fails(VBetaGrid, argv, capsys, tmp_path)
+    for word in expected:
+        assert word in line, line
+    assert "─" not in line and "---" not in line  # no trace of tyro's panel
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
+        (["--m", "41"], "--m must be an integer in [1, --clients=40], got 41"),
+        (["--p-available", "1.5"], "--p-available must be in [0, 1], got 1.5"),
+        (["--beta", "1.5"], "--beta must be in [0.0, 1.0], got [1.5]"),
+        (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),
+    ],
+)
+def test_check_errors_are_one_line(argv, message, capsys, tmp_path):
+    assert _fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
+
+
+def test_prog_defaults_to_the_script_name(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("sys.argv", ["sweeps/v_beta_grid.py"])
+    with pytest.raises(SystemExit):
+        cli.main(VBetaGrid, ["--seeds", "0", "--out", str(tmp_path / "out")])
+    assert capsys.readouterr().err.startswith("v_beta_grid.py: error: --seeds")
+
+
+@pytest.mark.parametrize(
+    "panel",
+    [
+        # On a terminal tyro draws a box ...
+        "╭─ Value error ──────╮\n│ Error parsing --V: expected a  │\n│ list, got 'x'  │\n"
+        "│ ──────────── │\n│ Argument helptext: │\n╰────────────╯\n",
+        # ... and with captured or redirected output a title over a rule of dashes.
+        " Value error   \n -------------- \n  Error parsing --V: expected a   \n  list, got 'x' \n"
+        "  --------------\n  Argument helptext:  \n",
+    ],
+    ids=["terminal", "redirected"],
+)
+def test_one_line_of_either_panel_style_keeps_the_whole_message(panel):
+    assert cli._one_line(panel) == "value error: Error parsing --V: expected a list, got 'x'"
+
+
+def test_format_table_keeps_the_known_columns():
+    import pandas as pd
+
+    summary = pd.DataFrame({"policy": ["rbcsf"], "V": [1.0], "other": [2.0]})
+    text = cli.format_table(summary, ("policy", "V", "missing"))
+    assert "rbcsf" in text and "V" in text and "other" not in text

@@ -1,0 +1,166 @@
+"""The driver: adding an experiment is one module, and a sweep directory is reused or completed.
+
+``RandomFairness`` below is a whole new experiment (it is also the README's example): a frozen
+dataclass deriving from :class:`jfl.driver.Sweep` with its own settings, ``plan()``,
+``metrics()`` and ``figures()``. ``jfl.driver.run`` runs it, and ``jfl.cli.main`` gives it a
+command line whose flags are its fields. The remaining tests use it, the cheapest sweep there
+is, to check what the driver does with an output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jfl import checks, cli, driver, plots, sweep
+from jfl.cli import Floats
+from jfl.driver import Plan, Sweep
+from jfl.envs import RbcsfEnv
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomFairness(Sweep):
+    """Random selection of m clients: how far it misses guaranteed selection rates."""
+
+    target: Floats = (0.2, 0.4)
+    """guaranteed selection rates in [0, 1] (a swept axis)"""
+    clients: int = 6
+    """clients N"""
+    m: int = 2
+    """clients selected per round"""
+    seeds: int = 2
+    rounds: int = 20
+    out: str = "runs/random_fairness"
+
+    name: ClassVar[str] = "random_fairness"
+    summary_columns: ClassVar[tuple[str, ...]] = ("target", "max_rate_violation", "starved")
+
+    def check(self) -> None:
+        super().check()
+        checks.in_range("--target", self.target, 0.0, 1.0)
+        checks.integer("--m", self.m, 1, self.clients, "--clients")
+
+    def plan(self) -> Plan:
+        env = RbcsfEnv()
+        configs = pd.DataFrame(
+            {"policy": "random", "target": self.target, "queue_rate": self.target}
+        )
+        return Plan(
+            env,
+            env.default_params(num_clients=self.clients),
+            configs,
+            selection_size=self.m,
+            per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, False),
+        )
+
+    def metrics(self, ds) -> dict:
+        return {"starved": (ds["selection_count"] == 0).mean("client")}
+
+    def figures(self, ds, summary, folder) -> None:
+        plots.plot_metric_vs(summary, "max_rate_violation", "target", folder / "violation.png")
+
+
+# --------------------------------------------------------------------------- a new experiment
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """One finished sweep in two chunks (one configuration each)."""
+    out = tmp_path_factory.mktemp("driver") / "run"
+    return driver.run(RandomFairness(out=str(out), chunk_size="1", quiet=True))
+
+
+def test_new_experiment_runs_with_its_own_metric_and_figure(first):
+    summary, out = first.summary, first.out
+    assert list(summary["target"]) == [0.2, 0.4]
+    assert {"starved", "starved_lo", "starved_hi", "max_rate_violation"} <= set(summary)
+    assert first.dataset.sizes == {"config": 2, "seed": 2, "round": 20, "client": 6}
+    assert (out / "figures" / "violation.png").stat().st_size > 1000
+    for name in ("summary.csv", "results.nc", "metadata.json", "manifest.json"):
+        assert (out / name).is_file()
+    assert len(list((out / "chunks" / "random").glob("*.npz"))) == 2
+
+
+def test_new_experiment_has_a_command_line(first, capsys):
+    """Its fields are flags; the same command again reuses the finished sweep."""
+    with pytest.raises(SystemExit) as exit:
+        cli.main(RandomFairness, ["--help"], prog="random_fairness")
+    assert exit.value.code == 0
+    assert "--target" in capsys.readouterr().out
+
+    argv = ["--target", "0.2,0.4", "--chunk-size", "1", "--out", str(first.out), "--quiet"]
+    assert cli.main(RandomFairness, argv, prog="random_fairness") == 0
+    assert "starved" in capsys.readouterr().out
+
+    with pytest.raises(SystemExit) as exit:
+        cli.main(RandomFairness, ["--target", "0.2,1.5"], prog="random_fairness")
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("random_fairness: error: --target must be in [0, 1]")
+
+
+# --------------------------------------------------------------------------- output directory
+
+
+def _chunks(out):
+    return {p.name: p.stat().st_mtime_ns for p in sorted((out / "chunks").rglob("*.npz"))}
+
+
+def _assert_same(a: driver.Result, b: driver.Result) -> None:
+    pd.testing.assert_frame_equal(a.summary, b.summary)
+    assert set(a.dataset.data_vars) == set(b.dataset.data_vars)
+    for name in a.dataset.data_vars:
+        np.testing.assert_array_equal(a.dataset[name], b.dataset[name], err_msg=name)
+
+
+def test_same_settings_reuse_the_directory(first):
+    """A second identical run computes nothing (chunk files untouched): the same summary."""
+    before = _chunks(first.out)
+    csv = (first.out / "summary.csv").read_bytes()
+    again = driver.run(first.config)
+    assert _chunks(first.out) == before
+    _assert_same(first, again)
+    assert (first.out / "summary.csv").read_bytes() == csv
+
+
+def test_other_settings_are_refused_unless_overwrite(first, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(first.out, out)
+    other = RandomFairness(target=(0.3,), out=str(out), chunk_size="1", quiet=True, plots=False)
+    refused = r"other settings \(.*target: was \[0.2, 0.4\], now \[0.3\]"
+    with pytest.raises(ValueError, match=refused):
+        driver.run(other)
+    assert _chunks(out) == _chunks(first.out)  # untouched
+    replaced = driver.run(dataclasses.replace(other, overwrite=True))
+    assert list(replaced.summary["target"]) == [0.3]
+    assert len(_chunks(out)) == 1
+
+
+def test_interrupted_sweep_completes_bit_identically(first, tmp_path, monkeypatch):
+    """A run that dies after its first chunk is completed by the same run again."""
+    save = sweep.ChunkStore.save
+    saved = []
+
+    def save_then_die(self, label, index, arrays):
+        if saved:
+            raise KeyboardInterrupt
+        save(self, label, index, arrays)
+        saved.append(index)
+
+    out = tmp_path / "run"
+    config = dataclasses.replace(first.config, out=str(out))
+    monkeypatch.setattr(sweep.ChunkStore, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        driver.run(config)
+    monkeypatch.undo()
+    kept = _chunks(out)
+    assert list(kept) == ["chunk_000000.npz"]
+    resumed = driver.run(config)
+    assert _chunks(out).items() >= kept.items()  # the first chunk was not computed again
+    _assert_same(first, resumed)

@@ -1,0 +1,140 @@
+"""jfl.results on hand-made arrays: labelled datasets, per-run metrics and summaries (no runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from jfl.results import accuracy_metrics, run_metrics, summarize, to_dataset
+from jfl.stats import interval, jain_index
+
+CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 6, 5
+
+
+def _configs() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "policy": ["rbcsf", "rbcsf", "random"],
+            "V": [1.0, 10.0, np.nan],
+            "queue_rate": [0.2, 0.2, 0.2],
+        }
+    )
+
+
+def _outputs(seed=0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shape = (CONFIGS, SEEDS)
+    return {
+        "round_time": rng.random((*shape, ROUNDS), np.float32),
+        "num_selected": rng.integers(0, CLIENTS, (*shape, ROUNDS)).astype(np.int32),
+        "queue_mean": rng.random((*shape, ROUNDS), np.float32),
+        "queue_max": rng.random((*shape, ROUNDS), np.float32),
+        "selection_count": rng.integers(0, ROUNDS + 1, (*shape, CLIENTS)).astype(np.int32),
+        "final_queue": rng.random((*shape, CLIENTS), np.float32),
+        "last_unmet_round": rng.integers(0, ROUNDS + 1, shape).astype(np.int32),
+    }
+
+
+@pytest.fixture
+def ds():
+    return to_dataset(_outputs(), _configs(), seeds=[10, 11, 12, 13])
+
+
+def test_to_dataset_labels_dims_and_coordinates(ds):
+    assert ds.sizes == {"config": CONFIGS, "seed": SEEDS, "round": ROUNDS, "client": CLIENTS}
+    assert ds["round_time"].dims == ("config", "seed", "round")
+    assert ds["selection_count"].dims == ("config", "seed", "client")
+    assert ds["last_unmet_round"].dims == ("config", "seed")
+    assert list(ds["seed"].to_numpy()) == [10, 11, 12, 13]
+    assert list(ds["round"].to_numpy()) == list(range(1, ROUNDS + 1))
+    assert list(ds["policy"].to_numpy()) == ["rbcsf", "rbcsf", "random"]
+    assert ds["V"].dims == ("config",) and np.isnan(ds["V"].to_numpy()[2])
+    np.testing.assert_array_equal(ds["round_time"], _outputs()["round_time"])
+
+
+def test_to_dataset_evaluations_and_explicit_dims():
+    """Learner outputs: evaluations at rounds 0, k, …, T; ``dims`` replaces the declared ones."""
+    outputs = {
+        "round_time": np.zeros((1, 2, 10)),
+        "accuracy": np.zeros((1, 2, 3)),
+        "wall_clock": np.zeros((1, 2, 10)),
+    }
+    configs = pd.DataFrame({"policy": ["random"]})
+    ds = to_dataset(outputs, configs, [0, 1])
+    assert ds["accuracy"].dims == ("config", "seed", "eval")
+    assert list(ds["eval"].to_numpy()) == [0, 5, 10]
+    with pytest.raises(ValueError, match="unknown output 'accuracy'"):
+        to_dataset(outputs, configs, [0, 1], dims={"round_time": ("round",)})
+    mine = to_dataset({"score": np.ones((1, 2, 4))}, configs, [0, 1], dims={"score": ("step",)})
+    assert mine["score"].dims == ("config", "seed", "step")
+
+
+def test_run_metrics_by_hand_and_with_extra(ds):
+    rate = ds["selection_count"].to_numpy() / ROUNDS
+    metrics = run_metrics(ds, extra=lambda d: {"busiest": d["selection_count"].max("client")})
+    assert metrics["mean_round_time"].dims == ("config", "seed")
+    np.testing.assert_allclose(metrics["mean_round_time"], ds["round_time"].mean("round"))
+    np.testing.assert_allclose(metrics["total_time"], ds["round_time"].sum("round"))
+    np.testing.assert_allclose(metrics["min_selection_rate"], rate.min(-1))
+    np.testing.assert_allclose(metrics["max_rate_violation"], np.maximum(0.2 - rate, 0).max(-1))
+    np.testing.assert_allclose(metrics["jain_index"], jain_index(rate))
+    np.testing.assert_array_equal(metrics["target_met"], (rate >= 0.2).all(-1))
+    np.testing.assert_array_equal(metrics["rounds_to_target"], ds["last_unmet_round"] + 1)
+    np.testing.assert_array_equal(metrics["busiest"], ds["selection_count"].max("client"))
+    assert list(metrics.data_vars)[-1] == "busiest"  # the experiment's metrics come last
+    assert "final_accuracy" not in metrics
+
+
+def test_rate_target_per_client_replaces_queue_rate(ds):
+    target = np.linspace(0.0, 0.8, CLIENTS)
+    ds["rate_target"] = (("config", "client"), np.tile(target, (CONFIGS, 1)))
+    rate = ds["selection_count"].to_numpy() / ROUNDS
+    metrics = run_metrics(ds)
+    np.testing.assert_allclose(metrics["max_rate_violation"], np.maximum(target - rate, 0).max(-1))
+
+
+def test_accuracy_metrics_from_curves():
+    """Rounds and clock time to the target: the first evaluation at or above it, NaN if none."""
+    accuracy = np.array([[[0.1, 0.5, 0.9], [0.1, 0.2, 0.3], [0.95, 0.9, 0.9]]])  # [1, 3, 3]
+    clock = np.cumsum(np.ones((1, 3, 4)), -1)  # 1, 2, 3, 4 seconds after rounds 1..4
+    ds = xr.Dataset(
+        {
+            "accuracy": (("config", "seed", "eval"), accuracy),
+            "wall_clock": (("config", "seed", "round"), clock),
+        },
+        coords={"eval": [0, 2, 4], "round": [1, 2, 3, 4]},
+        attrs={"target_accuracy": 0.5},
+    )
+    metrics = accuracy_metrics(ds)
+    np.testing.assert_array_equal(metrics["final_accuracy"], [[0.9, 0.3, 0.9]])
+    np.testing.assert_array_equal(metrics["rounds_to_accuracy"], [[2, np.nan, 0]])
+    np.testing.assert_array_equal(metrics["time_to_accuracy"], [[2.0, np.nan, 0.0]])
+    np.testing.assert_array_equal(metrics["reached_accuracy"], [[1.0, 0.0, 1.0]])
+    del ds.attrs["target_accuracy"]
+    assert set(accuracy_metrics(ds)) == {"final_accuracy"}
+
+
+@pytest.mark.parametrize("method", ["t", "bootstrap"])
+def test_summarize_columns_and_intervals(ds, method):
+    summary = summarize(
+        ds, level=0.9, method=method, metrics=lambda d: {"unmet": d["last_unmet_round"] * 1.0}
+    )
+    assert list(summary.columns[:4]) == ["policy", "V", "queue_rate", "n_seeds"]
+    assert list(summary.columns[4:7]) == [
+        "mean_round_time",
+        "mean_round_time_lo",
+        "mean_round_time_hi",
+    ]
+    assert list(summary.columns[-3:]) == ["unmet", "unmet_lo", "unmet_hi"]
+    assert list(summary["policy"]) == ["rbcsf", "rbcsf", "random"]
+    assert (summary["n_seeds"] == SEEDS).all()
+    per_seed = ds["round_time"].mean("round").to_numpy()
+    mean, lo, hi = interval(per_seed, axis=1, level=0.9, method=method)
+    np.testing.assert_allclose(summary["mean_round_time"], mean)
+    np.testing.assert_allclose(summary["mean_round_time_lo"], lo)
+    np.testing.assert_allclose(summary["mean_round_time_hi"], hi)
+    assert (lo < mean).all() and (mean < hi).all()
+    wider = summarize(ds, level=0.99, method=method)
+    assert (wider["mean_round_time_lo"] <= summary["mean_round_time_lo"]).all()
