@@ -149,9 +149,7 @@ def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
-def summarize(
-    ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None
-) -> pd.DataFrame:
+def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None) -> pd.DataFrame:
     """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``.
 
     ``metrics(ds) -> {name: DataArray[config, seed]}`` adds an experiment's own metrics after
