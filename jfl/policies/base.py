@@ -19,30 +19,12 @@ A policy without state uses ``EmptyState`` with ``stateless_init``/``stateless_u
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
-
-__all__ = [
-    "REGISTRY",
-    "SIZE_NAMES",
-    "EmptyState",
-    "HParam",
-    "Policy",
-    "PolicySpec",
-    "accepts_legacy_m",
-    "check_selection_size",
-    "get",
-    "register",
-    "stateless",
-    "stateless_init",
-    "stateless_update",
-]
 
 # What the second parameter of a builder counts, by family.
 SIZE_NAMES = ("selection_size", "num_channels", "num_servers")
@@ -188,22 +170,3 @@ def check_selection_size(num_clients: int, size: int, name: str = "selection_siz
         raise ValueError(
             f"{name} must be an integer in [1, num_clients={num_clients}], got {size!r}"
         )
-
-
-def accepts_legacy_m(build: Callable[..., Policy]) -> Callable[..., Policy]:
-    """Let ``build`` also take its size (its second parameter) as the keyword ``m``.
-
-    ``m`` was the name of that parameter in every builder; it is deprecated and kept for one
-    release. Giving both ``m`` and the new name is a TypeError.
-    """
-    size_name = list(inspect.signature(build).parameters)[1]
-
-    @functools.wraps(build)
-    def wrapper(*args, **kwargs):
-        if "m" in kwargs:
-            if size_name in kwargs or len(args) > 1:
-                raise TypeError(f"{build.__name__}() got both m and {size_name}")
-            kwargs[size_name] = kwargs.pop("m")
-        return build(*args, **kwargs)
-
-    return wrapper

@@ -12,7 +12,6 @@ from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
-    accepts_legacy_m,
     check_selection_size,
     register,
     stateless,
@@ -24,7 +23,6 @@ class DirichletState(NamedTuple):
     log_weight: jax.Array  # f[N]  log q' up to a constant, q' ~ Dir(γ₂·1) drawn once per run
 
 
-@accepts_legacy_m
 def random_policy(num_clients: int, selection_size: int = 8) -> Policy:
     """k = min(selection_size, #available) clients uniformly at random among the available ones."""
     check_selection_size(num_clients, selection_size)
@@ -37,7 +35,6 @@ def random_policy(num_clients: int, selection_size: int = 8) -> Policy:
     return stateless(select)
 
 
-@accepts_legacy_m
 def dirichlet_random(num_clients: int, selection_size: int = 8) -> Policy:
     """Per run q' ~ Dir(γ₂·1); each round k = min(selection_size, #available) available clients
     without replacement ∝ q'.
@@ -60,7 +57,6 @@ def dirichlet_random(num_clients: int, selection_size: int = 8) -> Policy:
     return Policy(init=init, select=select, update=stateless_update)
 
 
-@accepts_legacy_m
 def fedcs(num_clients: int, selection_size: int = 8) -> Policy:
     """FedCS adapted as in RBCS-F §6.1: every available client with τ* ≤ deadline (not capped).
 

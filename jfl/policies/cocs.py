@@ -35,15 +35,7 @@ from jfl.kernels import (
     ucb_bonus,
 )
 from jfl.kernels.ridge import RidgeState
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    accepts_legacy_m,
-    check_selection_size,
-    register,
-    stateless,
-)
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register, stateless
 
 
 class CocsState(NamedTuple):
@@ -66,7 +58,6 @@ def _assign(weight, obs):
     return budgeted_assignment(weight, obs.cost, obs.available, obs.budget).mask
 
 
-@accepts_legacy_m
 def oracle(num_clients: int, num_servers: int) -> Policy:
     """The solver fed the true success probabilities (the benchmark of COCS's regret, eq. 11)."""
     check_selection_size(num_clients, num_servers, "num_servers")
@@ -78,7 +69,6 @@ def oracle(num_clients: int, num_servers: int) -> Policy:
     return stateless(select)
 
 
-@accepts_legacy_m
 def random_budget(num_clients: int, num_servers: int) -> Policy:
     """Covered pairs in a uniformly random order, each taken if its client is free and its ES
     can afford it (weights u·c_n make the solver's density order the random order u)."""
@@ -113,7 +103,6 @@ def exploration_threshold(t, z):
     return t**z * jnp.log(t)
 
 
-@accepts_legacy_m
 def cocs(
     num_clients: int, num_servers: int, context_dim: int = 2, max_cubes_per_dim: int = 10
 ) -> Policy:
@@ -180,7 +169,6 @@ def cocs(
     return Policy(init=init, select=select, update=update)
 
 
-@accepts_legacy_m
 def cucb(num_clients: int, num_servers: int) -> Policy:
     """CUCB: per-pair UCB min(mean + sqrt(1.5 ln t / count), 1) on success, no context."""
     check_selection_size(num_clients, num_servers, "num_servers")
@@ -209,7 +197,6 @@ def _features(context):
     return jnp.concatenate([ones, context], axis=-1).reshape(-1, context.shape[-1] + 1)
 
 
-@accepts_legacy_m
 def linucb(num_clients: int, num_servers: int, context_dim: int = 2) -> Policy:
     """LinUCB: per-pair ridge regression of success on [1, context]; UCB weight in [0, 1]."""
     check_selection_size(num_clients, num_servers, "num_servers")

@@ -23,14 +23,7 @@ from jfl.kernels import (
     ucb_index,
     virtual_queue_update,
 )
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    accepts_legacy_m,
-    check_selection_size,
-    register,
-)
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 
 class CsUcbState(NamedTuple):
@@ -65,7 +58,6 @@ def _stats_update(stats, action, feedback):
     return arm_stats_update(stats, action, feedback.reward)
 
 
-@accepts_legacy_m
 def cs_ucb(num_clients: int, num_channels: int) -> Policy:
     """CS-UCB (Alg. 1): κ = ⌈K/N⌉ random initial rounds, then the top N of eq. (18).
 
@@ -111,7 +103,6 @@ def cs_ucb(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-@accepts_legacy_m
 def modified_cs_ucb(num_clients: int, num_channels: int) -> Policy:
     """CS-UCB restricted to the available clients, without queues (Xia et al. §V-C baseline).
 
@@ -137,7 +128,6 @@ def modified_cs_ucb(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-@accepts_legacy_m
 def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
     """CS-UCB-Q (Alg. 2): truncated UCB plus fairness queues.
 
@@ -174,7 +164,6 @@ def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-@accepts_legacy_m
 def round_robin(num_clients: int, num_channels: int) -> Policy:
     """Round-robin (Xia et al. §V-B baseline): groups of N clients served in turn.
 

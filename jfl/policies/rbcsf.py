@@ -16,14 +16,7 @@ from jfl.kernels import (
     ridge_update,
     virtual_queue_update,
 )
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    accepts_legacy_m,
-    check_selection_size,
-    register,
-)
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 CONTEXT_DIM = 3  # c = [1/μ, s, M/B]
 ALPHA_SCHEDULES = ("constant", "lemma1")
@@ -41,7 +34,6 @@ def lemma1_alpha(t, lam, noise_scale, delta, theta_bound, context_bound):
     return noise_scale * jnp.sqrt(3.0 * jnp.log(inner)) + jnp.sqrt(lam) * theta_bound
 
 
-@accepts_legacy_m
 def rbcsf(num_clients: int, selection_size: int = 8, alpha_schedule: str = "constant") -> Policy:
     """RBCS-F over ``num_clients`` clients selecting ``k = min(selection_size, #available)`` per
     round.

@@ -141,22 +141,6 @@ def test_build_accepts_size_equal_to_num_clients():
             assert isinstance(policy, jfl.policies.Policy)
 
 
-@pytest.mark.parametrize("policy", sorted(SIZE_NAMES))
-def test_build_accepts_deprecated_m(policy):
-    """The former keyword m still works (one release) and builds the same policy; m together with
-    the size, by name or position, is a TypeError."""
-    spec = get(policy)
-    size_name = SIZE_NAMES[policy]
-    legacy = spec.build(num_clients=10, m=3)
-    assert legacy.update.__name__ == spec.build(10, 3).update.__name__
-    with pytest.raises(ValueError, match=rf"\b{size_name} must"):
-        spec.build(num_clients=10, m=11)
-    with pytest.raises(TypeError, match="both m"):
-        spec.build(10, m=3, **{size_name: 3})
-    with pytest.raises(TypeError, match="both m"):
-        spec.build(10, 3, m=3)
-
-
 def test_stateless_helpers():
     """EmptyState, stateless_init/stateless_update and stateless(select), shared by the stateless
     policies of every family."""
