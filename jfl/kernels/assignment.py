@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jfl.kernels.order import counting_order, materialise, sort_order
 from jfl.kernels.reduce import pairwise_sum
 
 # A client may join an ES whose remaining budget is short of its cost by at most this fraction of
@@ -29,41 +31,6 @@ SMALL_PAIRS_MAX = 64
 class AssignmentResult(NamedTuple):
     mask: jax.Array  # bool[N, M]: client n is assigned to ES m
     certified: jax.Array  # bool[]: True only when ``mask`` is provably optimal
-
-
-def _materialise(x):
-    """``x`` (finite) computed once, for the P^2 comparisons of ``_counting_order``.
-
-    XLA:CPU fuses elementwise producers into their consumers: in front of pairwise comparisons
-    the producer would be evaluated once per operand, possibly with different rounding (with and
-    without an FMA), and a pair could compare "before itself". A product with the identity is a
-    library call XLA does not fuse through, and exact for finite inputs (one non-zero term per
-    output; a NaN or inf would spread through the zeros).
-    """
-    eye = jnp.eye(x.shape[0], dtype=x.dtype)
-    return jnp.matmul(x, eye, precision=lax.Precision.HIGHEST)
-
-
-def _counting_order(key):
-    """Indices by ascending ``key`` (finite), ties to the lower index, by counting (O(P^2)).
-
-    For the small pair counts of a vmapped runner this is much faster on CPU than XLA's sort, and
-    integer counts are exact whatever the batch shape.
-    """
-    key = _materialise(key)
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
-    a, b = key[:, None], key[None, :]
-    # a precedes b if its key is smaller, or equal with a lower index.
-    before = jnp.where(index[:, None] < index[None, :], a <= b, a < b)
-    rank = jnp.sum(before, axis=0, dtype=jnp.int32)
-    return jnp.zeros_like(index).at[rank].set(index, unique_indices=True)
-
-
-def _sort_order(key):
-    """Same order as ``_counting_order`` by one stable O(P log P) sort."""
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
-    _, order = lax.sort_key_val(key, index, is_stable=True)
-    return order
 
 
 def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
@@ -112,6 +79,12 @@ def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
       ``AssignmentResult(mask, certified)``: ``mask`` bool[N, M] with at most one ES per client.
     """
     weight = jnp.asarray(weight)
+    chex.assert_rank([weight, cost, available, budget], [2, 1, 2, {0, 1}])
+    chex.assert_equal_shape([weight, available])
+    chex.assert_equal_shape_prefix([weight, cost], 1)
+    chex.assert_type(available, bool)
+    if jnp.ndim(budget) == 1:
+        chex.assert_equal_shape_suffix([weight, budget], 1)
     dtype = jnp.result_type(weight, cost, budget, jnp.float32)
     weight = weight.astype(dtype)
     cost = jnp.asarray(cost, dtype)
@@ -128,9 +101,10 @@ def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
     density = jnp.minimum(weight / cost[:, None], jnp.finfo(dtype).max)
     key = jnp.where(eligible, -density, 1).reshape(-1)
     if key.shape[0] <= SMALL_PAIRS_MAX:
-        order = _counting_order(key)
+        # materialised: the key's producer is evaluated once, not once per compared operand
+        order = counting_order(materialise(key))
     else:
-        order = _sort_order(key)
+        order = sort_order(key)
     client_sorted = order // n_servers
     server_sorted = order % n_servers
     xs = (client_sorted, server_sorted, cost[client_sorted], eligible.reshape(-1)[order])
@@ -171,6 +145,12 @@ def assignment_value(mask, weight) -> jax.Array:
     """Σ weight over the chosen pairs (P2's objective without the 1/M factor of eq. 8).
 
     Summed by pairwise halving, so the value does not depend on the batch it is computed in.
+
+    Args:
+      mask: bool[N, M] chosen pairs.
+      weight: f[N, M] value of each pair.
     """
     weight = jnp.asarray(weight)
+    chex.assert_rank([mask, weight], 2)
+    chex.assert_equal_shape([mask, weight])
     return pairwise_sum(jnp.where(mask, weight, 0).reshape(-1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -26,8 +27,20 @@ class RidgeEstimate(NamedTuple):
     theta: jax.Array  # f[N, d]  θ̂
 
 
+def _check_state(state: RidgeState) -> None:
+    chex.assert_rank([state.gram, state.target], [3, 2])
+    chex.assert_type([state.gram, state.target], float)
+    chex.assert_shape(state.gram, (*state.target.shape, state.target.shape[-1]))
+
+
+def _check_context(state: RidgeState, context) -> None:
+    chex.assert_rank(context, 2)
+    chex.assert_equal_shape([state.target, context])
+
+
 def ridge_init(num_arms: int, dim: int, lam, dtype=jnp.float32) -> RidgeState:
-    """H = λI, b = 0 for every arm (Alg. 2, line 2)."""
+    """H = λI, b = 0 for every arm (Alg. 2, line 2). ``lam`` is a scalar, possibly traced."""
+    chex.assert_rank(lam, 0)
     eye = jnp.eye(dim, dtype=dtype)
     gram = jnp.broadcast_to(jnp.asarray(lam, dtype) * eye, (num_arms, dim, dim))
     return RidgeState(gram=gram, target=jnp.zeros((num_arms, dim), dtype))
@@ -42,6 +55,12 @@ def ridge_update(state: RidgeState, context, observed, value) -> RidgeState:
       observed: bool[N] arms whose value was revealed (the selected clients x_t).
       value: f[N] observed values τ_t (ignored where not observed).
     """
+    _check_state(state)
+    _check_context(state, context)
+    chex.assert_rank([observed, value], 1)
+    chex.assert_type(observed, bool)
+    chex.assert_equal_shape([observed, value])
+    chex.assert_equal_shape_prefix([state.target, observed], 1)
     weight = jnp.asarray(observed, state.gram.dtype)
     c = jnp.asarray(context, state.gram.dtype)
     outer = c[:, :, None] * c[:, None, :]
@@ -84,7 +103,14 @@ def _backward(lower, y):
 
 
 def ridge_estimate(state: RidgeState, context) -> RidgeEstimate:
-    """θ̂ = H⁻¹b, the estimate c·θ̂ and the width sqrt(cᵀH⁻¹c) for every arm (eqs. 18-19)."""
+    """θ̂ = H⁻¹b, the estimate c·θ̂ and the width sqrt(cᵀH⁻¹c) for every arm (eqs. 18-19).
+
+    Args:
+      state: statistics of N arms in d dimensions.
+      context: f[N, d] contexts.
+    """
+    _check_state(state)
+    _check_context(state, context)
     # Arms last: each matrix entry is one vector over arms for the unrolled factorisation.
     gram = jnp.moveaxis(state.gram, 0, -1)  # [d, d, N]
     target = jnp.moveaxis(state.target, 0, -1)  # [d, N]
@@ -98,11 +124,23 @@ def ridge_estimate(state: RidgeState, context) -> RidgeEstimate:
     return RidgeEstimate(mean=mean, width=width, theta=jnp.stack(theta, axis=-1))
 
 
+def _check_estimate(estimate: RidgeEstimate) -> None:
+    chex.assert_rank([estimate.mean, estimate.width], 1)
+    chex.assert_equal_shape([estimate.mean, estimate.width])
+
+
 def lower_confidence_bound(estimate: RidgeEstimate, alpha, floor=0.0):
-    """τ̄ = max(c·θ̂ − α·width, floor) (RBCS-F eq. 19, clamped at 0 as written there)."""
+    """τ̄ = max(c·θ̂ − α·width, floor) (RBCS-F eq. 19, clamped at 0 as written there).
+
+    ``alpha`` and ``floor`` are scalars, possibly traced.
+    """
+    _check_estimate(estimate)
+    chex.assert_rank([alpha, floor], 0)
     return jnp.maximum(estimate.mean - alpha * estimate.width, floor)
 
 
 def upper_confidence_bound(estimate: RidgeEstimate, alpha):
-    """c·θ̂ + α·width (LinUCB index for rewards)."""
+    """c·θ̂ + α·width (LinUCB index for rewards); ``alpha`` is a scalar, possibly traced."""
+    _check_estimate(estimate)
+    chex.assert_rank(alpha, 0)
     return estimate.mean + alpha * estimate.width

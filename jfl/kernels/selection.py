@@ -6,10 +6,12 @@ Every function here works on one instance (no batch axis), is pure, and runs und
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jfl.kernels.order import counting_rank, materialise, sort_order, sorting_rank
 from jfl.kernels.reduce import pairwise_sum
 
 # Below this pool size the exact P4 solver uses an O(N^2) elementwise formulation, which vectorises
@@ -18,61 +20,21 @@ SMALL_POOL_MAX = 512
 
 
 def selection_count(available: jax.Array, m) -> jax.Array:
-    """k = min(m, number of available clients) (RBCS-F eq. 4)."""
+    """k = min(m, number of available clients) (RBCS-F eq. 4).
+
+    Args:
+      available: bool[N] availability.
+      m: maximum number of selected clients (int, possibly traced).
+    """
+    chex.assert_rank([available, m], [1, 0])
+    chex.assert_type(m, int)
     return jnp.minimum(jnp.asarray(m, jnp.int32), jnp.sum(available, dtype=jnp.int32))
-
-
-def _materialised_order_key(x):
-    """``x`` with ±inf clipped to the largest finite values, computed once, for ranking.
-
-    XLA:CPU fuses elementwise producers into their consumers; in front of the N^2 comparisons
-    of ``_counting_rank`` that recomputes the producer (e.g. a whole ridge estimate) for every
-    pair. A product with the identity matrix is a library call XLA does not fuse through, and
-    exact (one non-zero term per output) once infinities, whose product with 0 is NaN, are
-    clipped. Clipping keeps the order except between ±inf and the extreme finite values.
-    """
-    limit = jnp.finfo(x.dtype).max
-    eye = jnp.eye(x.shape[0], dtype=x.dtype)
-    return jnp.matmul(jnp.clip(x, -limit, limit), eye, precision=lax.Precision.HIGHEST)
-
-
-def _counting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
-    """Position of each client in the order (available first, ascending key, lower index first).
-
-    O(N^2) comparisons and an integer sum: on CPU this beats XLA's sort by a wide margin for the
-    small pools of the vmapped runner, and integer sums are exact whatever the batch shape.
-    """
-    index = jnp.arange(key.shape[0])
-    a_unav, b_unav = unavailable[:, None], unavailable[None, :]
-    a_key, b_key = key[:, None], key[None, :]
-    before = (a_unav < b_unav) | (
-        (a_unav == b_unav)
-        & ((a_key < b_key) | ((a_key == b_key) & (index[:, None] < index[None, :])))
-    )
-    return jnp.sum(before, axis=0, dtype=jnp.int32)
-
-
-def _sort_order(unavailable: jax.Array, key: jax.Array) -> jax.Array:
-    """Clients in the order of ``_counting_rank``, by one stable O(N log N) sort.
-
-    Unavailable clients get a NaN key, which XLA's total order puts after +inf: a single-key
-    sort is markedly faster on CPU than a lexicographic one.
-    """
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
-    _, order = lax.sort_key_val(jnp.where(unavailable, jnp.nan, key), index, is_stable=True)
-    return order
-
-
-def _sorting_rank(unavailable: jax.Array, key: jax.Array) -> jax.Array:
-    """Same as ``_counting_rank`` in O(N log N), for large pools."""
-    order = _sort_order(unavailable, key)
-    return jnp.empty_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
 
 
 def _rank(unavailable, key):
     if key.shape[0] <= SMALL_POOL_MAX:
-        return _counting_rank(unavailable, key)
-    return _sorting_rank(unavailable, key)
+        return counting_rank(key, unavailable)
+    return sorting_rank(key, unavailable)
 
 
 def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
@@ -88,11 +50,14 @@ def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
     """
     available = jnp.asarray(available, bool)
     key = -jnp.asarray(scores)
+    chex.assert_rank([key, available, k], [1, 1, 0])
+    chex.assert_equal_shape([key, available])
+    chex.assert_type(k, int)
     if key.shape[0] <= SMALL_POOL_MAX and jnp.issubdtype(key.dtype, jnp.floating):
         # Correctness, not speed: fused into the N^2 comparisons, the score expression is
         # evaluated once per operand, and the two evaluations may differ in the last bit (e.g.
         # with and without an FMA), so a client can rank "before itself" and drop out.
-        key = _materialised_order_key(key)
+        key = materialise(key)
     rank = _rank(~available, key)
     return available & (rank < k)
 
@@ -126,6 +91,9 @@ def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
     tau_bar = jnp.asarray(tau_bar)
     queue = jnp.asarray(queue, tau_bar.dtype)
     available = jnp.asarray(available, bool)
+    chex.assert_rank([tau_bar, queue, available, V], [1, 1, 1, 0])
+    chex.assert_equal_shape([tau_bar, queue, available])
+    chex.assert_type(tau_bar, float)
     m = int(m)
     if m < 1:
         raise ValueError(f"m must be an integer >= 1, got {m}")
@@ -179,7 +147,7 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
 
 def _dnc_small(tau_bar, queue, available, k, m, V):
     # Position of each client in the tau_bar order.
-    rank = _counting_rank(~available, _materialised_order_key(tau_bar))
+    rank = counting_rank(materialise(tau_bar), ~available)
     both = jnp.stack([tau_bar, queue], axis=-1)
     # One scatter for both arrays: measurably faster than two, and than one-hot gathers.
     tau_sorted, queue_sorted = jnp.zeros_like(both).at[rank].set(both, unique_indices=True).T
@@ -189,14 +157,23 @@ def _dnc_small(tau_bar, queue, available, k, m, V):
 
 
 def _dnc_large(tau_bar, queue, available, k, m, V):
-    order = _sort_order(~available, tau_bar)
+    order = sort_order(tau_bar, ~available)
     n_available = jnp.sum(available, dtype=jnp.int32)
     chosen_sorted = _best_in_sorted_order(tau_bar[order], queue[order], n_available, k, m, V)
     return jnp.zeros(tau_bar.shape[0], bool).at[order].set(chosen_sorted, unique_indices=True)
 
 
 def p4_objective(selected, tau_bar, queue, V):
-    """Value of P4's objective for a selection mask (0 for the empty set)."""
+    """Value of P4's objective for a selection mask (0 for the empty set).
+
+    Args:
+      selected: bool[N] selection mask.
+      tau_bar: f[N] exchange times.
+      queue: f[N] virtual-queue backlogs.
+      V: penalty factor, possibly traced.
+    """
+    chex.assert_rank([selected, tau_bar, queue, V], [1, 1, 1, 0])
+    chex.assert_equal_shape([selected, tau_bar, queue])
     max_tau = jnp.max(jnp.where(selected, tau_bar, -jnp.inf))
     max_tau = jnp.where(jnp.any(selected), max_tau, 0.0)
     return V * max_tau - jnp.sum(jnp.where(selected, queue, 0))
