@@ -206,6 +206,20 @@ def chunked_throughput(num_configs: int, chunk_configs: int, rounds: int, seeds:
     return num_configs * seeds * rounds / (time.perf_counter() - start)
 
 
+def throughput_table(title: str, numpy_rate: float, batches, jfl_rate_of) -> None:
+    """One table: the NumPy loop, then jfl at each batch size (``jfl_rate_of(batch)`` gives
+    config-rounds/s and compile seconds), with the ratio to the loop."""
+    print(f"\n{title} (config-rounds per second)")
+    print(
+        f"{'implementation':<28}{'batch':>8}{'config-rounds/s':>18}{'× NumPy':>10}{'compile s':>11}"
+    )
+    print(f"{'NumPy per-seed loop':<28}{1:>8}{numpy_rate:>18,.0f}{1:>10.1f}{'-':>11}")
+    for batch in batches:
+        rate, first = jfl_rate_of(batch)
+        ratio = rate / numpy_rate
+        print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+
+
 def driver_seconds(num_runs: int, rounds: int, seeds: int = 64) -> float:
     """Wall-clock seconds of ``jfl.driver.run`` on a v_beta_grid sweep of ``num_runs`` runs
     (RBCS-F over a V grid, ``seeds`` seeds), from checks to files written."""
@@ -296,19 +310,15 @@ def main(argv=None) -> int:
     print(f"machine: {machine()}")
     rounds = 100 if args.quick else T
     batches = (64, 256) if args.quick else (64, 1024, 8192)
-    header = (
-        f"{'implementation':<28}{'batch':>8}{'config-rounds/s':>18}{'× NumPy':>10}{'compile s':>11}"
-    )
     if "rbcsf" in sections or "chunks" in sections:
         numpy_rate = numpy_throughput(args.numpy_seeds, rounds)
     if "rbcsf" in sections:
-        print(f"\n1. RBCS-F simulation, N={N}, m={M}, T={rounds} (config-rounds per second)")
-        print(header)
-        print(f"{'NumPy per-seed loop':<28}{1:>8}{numpy_rate:>18,.0f}{1:>10.1f}{'-':>11}")
-        for batch in batches:
-            rate, first = jfl_throughput(batch, rounds)
-            ratio = rate / numpy_rate
-            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
+        throughput_table(
+            f"1. RBCS-F simulation, N={N}, m={M}, T={rounds}",
+            numpy_rate,
+            batches,
+            lambda batch: jfl_throughput(batch, rounds),
+        )
 
     if "kernel" in sections:
         sizes = (40, 1_000, 10_000) if args.quick else (40, 1_000, 10_000, 100_000, 1_000_000)
@@ -338,31 +348,24 @@ def main(argv=None) -> int:
     if "cs_ucb_q" in sections:
         wireless_rounds = 500 if args.quick else 2000
         wireless_numpy = numpy_wireless_throughput(args.numpy_seeds, wireless_rounds)
-        print(
-            f"\n4. CS-UCB-Q on the wireless environment, K={K_WIRELESS}, N={N_WIRELESS}, "
-            f"T={wireless_rounds} (config-rounds per second)"
+        throughput_table(
+            f"4. CS-UCB-Q on the wireless environment, K={K_WIRELESS}, N={N_WIRELESS}, "
+            f"T={wireless_rounds}",
+            wireless_numpy,
+            batches,
+            lambda batch: jfl_wireless_throughput(batch, wireless_rounds),
         )
-        print(header)
-        print(f"{'NumPy per-seed loop':<28}{1:>8}{wireless_numpy:>18,.0f}{1:>10.1f}{'-':>11}")
-        for batch in batches:
-            rate, first = jfl_wireless_throughput(batch, wireless_rounds)
-            ratio = rate / wireless_numpy
-            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
 
     if "cocs" in sections:
         cocs_rounds = 100 if args.quick else 300
         cocs_batches = (64, 256) if args.quick else (64, 1024)
         cocs_numpy = numpy_cocs_throughput(max(1, args.numpy_seeds // 2), cocs_rounds)
-        print(
-            f"\n5. COCS on the hfl environment, N={N_HFL}, M={M_HFL}, T={cocs_rounds} "
-            "(config-rounds per second)"
+        throughput_table(
+            f"5. COCS on the hfl environment, N={N_HFL}, M={M_HFL}, T={cocs_rounds}",
+            cocs_numpy,
+            cocs_batches,
+            lambda batch: jfl_cocs_throughput(batch, cocs_rounds),
         )
-        print(header)
-        print(f"{'NumPy per-seed loop':<28}{1:>8}{cocs_numpy:>18,.0f}{1:>10.1f}{'-':>11}")
-        for batch in cocs_batches:
-            rate, first = jfl_cocs_throughput(batch, cocs_rounds)
-            ratio = rate / cocs_numpy
-            print(f"{'jfl (jit+vmap)':<28}{batch:>8}{rate:>18,.0f}{ratio:>10.1f}{first:>11.1f}")
 
     if "driver" in sections:
         small, large = (256, 1024) if args.quick else (1024, 8192)

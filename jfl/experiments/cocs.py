@@ -138,17 +138,9 @@ class CocsHfl(HflScenario):
     out: str = "runs/cocs_hfl"
 
     name: ClassVar[str] = "cocs_hfl"
-    summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "budget",
-        "deadline",
-        "h_T",
-        "z",
-        "n_seeds",
-        "cumulative_utility",
-        "cumulative_utility_sqrt",
-        "regret_vs_oracle",
-        "success_per_round",
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy budget deadline h_T z n_seeds cumulative_utility cumulative_utility_sqrt "
+        "regret_vs_oracle success_per_round".split()
     )
 
     def check(self) -> None:

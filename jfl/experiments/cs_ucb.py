@@ -187,6 +187,25 @@ def add_gap_curves(ds: xr.Dataset) -> xr.Dataset:
     )
 
 
+GAP_CURVES = {
+    "cumulative_gap": ("cumulative_gap_t", "cumulative performance gap Θ (s)"),
+    "average_gap": ("average_gap_t", "average performance gap θ (s)"),
+    "failed_clients": ("failed_clients_t", "cumulative failed clients"),
+}
+
+
+def plot_gap_curves(ds: xr.Dataset, folder, names, caption: str, configs=None) -> None:
+    """``<name>_vs_round.png`` for each of ``names`` (keys of ``GAP_CURVES``), with bands."""
+    from jfl import plots
+
+    curves = add_gap_curves(ds)
+    for name in names:
+        variable, ylabel = GAP_CURVES[name]
+        path = folder / f"{name}_vs_round.png"
+        title = f"{ylabel} ({caption})"
+        plots.plot_over_rounds(curves, variable, ylabel, path, title, configs=configs)
+
+
 def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     """Mean set reward and failed clients; with a benchmark, regret and the gaps Θ and θ."""
     rounds = ds.sizes["round"]
@@ -207,8 +226,8 @@ def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class WirelessSweep(Sweep):
-    """A sweep of the ``wireless`` environment with a regret benchmark per seed."""
+class WirelessScenario(Sweep):
+    """A sweep of the ``wireless`` environment (the CS-UCB family's policies)."""
 
     policies: Names = ("cs_ucb", "random", "round_robin")
     """registered policies (cs_ucb, cs_ucb_q, modified_cs_ucb, random, round_robin)"""
@@ -216,18 +235,28 @@ class WirelessSweep(Sweep):
     """clients K"""
     tau_max: float = 5.0
     """round deadline τ_max (s) > 0"""
-    mc_samples: int = 100_000
-    """Monte Carlo samples per layout for μ_k"""
 
     environment: ClassVar[str] = "wireless"
-    benchmark: ClassVar[str] = "best_set"
 
     def check(self) -> None:
         super().check()
         checks.integer("--clients", self.clients)
-        checks.integer("--mc-samples", self.mc_samples)
         checks.positive("--tau-max", self.tau_max)
         check_policies(self.policies, self.environment)
+
+
+@dataclasses.dataclass(frozen=True)
+class WirelessSweep(WirelessScenario):
+    """A wireless sweep with a regret benchmark per seed (μ(S*) or r* of LP (23))."""
+
+    mc_samples: int = 100_000
+    """Monte Carlo samples per layout for μ_k"""
+
+    benchmark: ClassVar[str] = "best_set"
+
+    def check(self) -> None:
+        super().check()
+        checks.integer("--mc-samples", self.mc_samples)
 
     # What each experiment defines.
     def configs(self) -> pd.DataFrame:
@@ -311,16 +340,9 @@ class CsUcbIdeal(WirelessSweep):
 
     name: ClassVar[str] = "cs_ucb_ideal"
     fig1_channels: ClassVar[int] = 5
-    summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "N",
-        "n_seeds",
-        "cumulative_gap",
-        "cumulative_gap_lo",
-        "cumulative_gap_hi",
-        "average_gap",
-        "failed_clients",
-        "mean_round_time",
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy N n_seeds cumulative_gap cumulative_gap_lo cumulative_gap_hi average_gap "
+        "failed_clients mean_round_time".split()
     )
 
     def check(self) -> None:
@@ -350,21 +372,8 @@ class CsUcbIdeal(WirelessSweep):
 
         sizes = ds["N"].to_numpy()
         shown_n = self.fig1_channels if self.fig1_channels in sizes else int(sizes.max())
-        curves = add_gap_curves(ds.sel(config=ds["config"][sizes == shown_n]))
-        configs = list(curves["config"].to_numpy())
-        for variable, ylabel, name in (
-            ("cumulative_gap_t", "cumulative performance gap Θ (s)", "cumulative_gap"),
-            ("average_gap_t", "average performance gap θ (s)", "average_gap"),
-            ("failed_clients_t", "cumulative failed clients", "failed_clients"),
-        ):
-            plots.plot_over_rounds(
-                curves,
-                variable,
-                ylabel,
-                folder / f"{name}_vs_round.png",
-                f"{ylabel} (Xia Fig. 1), K={ds.sizes['client']}, N={shown_n}",
-                configs=configs,
-            )
+        caption = f"Xia Fig. 1, K={ds.sizes['client']}, N={shown_n}"
+        plot_gap_curves(ds.sel(config=ds["config"][sizes == shown_n]), folder, GAP_CURVES, caption)
         if summary["N"].nunique() > 1:
             plots.plot_metric_vs(
                 summary,
@@ -377,12 +386,11 @@ class CsUcbIdeal(WirelessSweep):
 
 
 @dataclasses.dataclass(frozen=True)
-class FairnessScenario(WirelessSweep):
+class FairnessScenario(WirelessScenario):
     """The wireless ``fairness`` preset: K = 3 at an equal 300 m, N = 2, availability 0.9.
 
     τ_max = 0.2 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
-    truncated index is 1 for every client and no β changes anything (SPEC §9). Regret is
-    measured against r* of the linear program (23) over availability-only policies.
+    truncated index is 1 for every client and no β changes anything (SPEC §9).
     """
 
     policies: Names = ("cs_ucb_q", "modified_cs_ucb")
@@ -394,11 +402,6 @@ class FairnessScenario(WirelessSweep):
     availability: float = 0.9
     """availability α in [0, 1]"""
     tau_max: float = 0.2
-    mc_samples: int = 200_000
-    seeds: int = 32
-    rounds: int = 5000
-
-    benchmark: ClassVar[str] = "lp"
 
     def check(self) -> None:
         super().check()
@@ -418,7 +421,19 @@ class FairnessScenario(WirelessSweep):
 
 
 @dataclasses.dataclass(frozen=True)
-class CsUcbQFairness(FairnessScenario):
+class FairnessSweep(WirelessSweep, FairnessScenario):
+    """The fairness scenario with regret against r* of the linear program (23) over
+    availability-only policies."""
+
+    mc_samples: int = 200_000
+    seeds: int = 32
+    rounds: int = 5000
+
+    benchmark: ClassVar[str] = "lp"
+
+
+@dataclasses.dataclass(frozen=True)
+class CsUcbQFairness(FairnessSweep):
     """CS-UCB-Q for several β against modified CS-UCB (Xia et al. §V-C, Figs. 4–5).
 
     Per-round selections are stored by default (K is small): they give Fig. 5's fractions.
@@ -436,16 +451,9 @@ class CsUcbQFairness(FairnessScenario):
     out: str = "runs/cs_ucb_q_fairness"
 
     name: ClassVar[str] = "cs_ucb_q_fairness"
-    summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "beta",
-        "n_seeds",
-        "cumulative_gap",
-        "average_gap",
-        "min_selection_rate",
-        "max_rate_violation",
-        "target_met",
-        "rounds_to_target",
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy beta n_seeds cumulative_gap average_gap min_selection_rate "
+        "max_rate_violation target_met rounds_to_target".split()
     )
 
     def check(self) -> None:
@@ -468,24 +476,14 @@ class CsUcbQFairness(FairnessScenario):
     def figures(self, ds, summary, folder) -> None:
         from jfl import plots
 
-        curves = add_gap_curves(ds)
-        for variable, ylabel, name in (
-            ("cumulative_gap_t", "cumulative performance gap Θ (s)", "cumulative_gap"),
-            ("average_gap_t", "average performance gap θ (s)", "average_gap"),
-        ):
-            plots.plot_over_rounds(
-                curves,
-                variable,
-                ylabel,
-                folder / f"{name}_vs_round.png",
-                f"{ylabel} (Xia Fig. 4), τ_max = {ds.attrs['tau_max']:g} s",
-            )
+        caption = f"Xia Fig. 4, τ_max = {ds.attrs['tau_max']:g} s"
+        plot_gap_curves(ds, folder, ("cumulative_gap", "average_gap"), caption)
         if "selected" in ds:
             plots.plot_selection_fraction(ds, folder / "selection_fraction.png")
 
 
 @dataclasses.dataclass(frozen=True)
-class BetaRhoGrid(FairnessScenario):
+class BetaRhoGrid(FairnessSweep):
     """CS-UCB-Q over a β × ρ grid with c_k = ρ s_k / Σ s, many seeds (an extension of §V-C).
 
     The ``fairness`` scenario with dataset sizes s = (1500, 1000, 500): ρ scales how many rounds
@@ -508,15 +506,8 @@ class BetaRhoGrid(FairnessScenario):
     out: str = "runs/beta_rho_grid"
 
     name: ClassVar[str] = "beta_rho_grid"
-    summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "rho",
-        "beta",
-        "n_seeds",
-        "average_gap",
-        "max_rate_violation",
-        "target_met",
-        "rounds_to_target",
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy rho beta n_seeds average_gap max_rate_violation target_met rounds_to_target".split()
     )
 
     def check(self) -> None:

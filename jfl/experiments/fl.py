@@ -13,10 +13,10 @@ import numpy as np
 
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
-from jfl.driver import Plan, Sweep
+from jfl.driver import Plan
 from jfl.experiments.cocs import HflScenario
-from jfl.experiments.common import check_hparams, check_policies
-from jfl.experiments.cs_ucb import regret_metrics
+from jfl.experiments.common import check_hparams
+from jfl.experiments.cs_ucb import FairnessScenario, regret_metrics
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.fl.sweep import ACCURACY_COLUMNS, Training, write_figures
 
@@ -55,11 +55,7 @@ class FlRbcsf(RbcsfScenario, Training):
     name: ClassVar[str] = "fl_rbcsf"
     title: ClassVar[str] = "RBCS-F §6.2"
     summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "gamma1",
-        "learning_rate",
-        "V",
-        "gamma2",
+        *"policy gamma1 learning_rate V gamma2".split(),
         *ACCURACY_COLUMNS,
     )
 
@@ -120,7 +116,7 @@ class FlRbcsf(RbcsfScenario, Training):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbQ(Sweep, Training):
+class FlCsUcbQ(FairnessScenario, Training):
     """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
 
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
@@ -133,54 +129,34 @@ class FlCsUcbQ(Sweep, Training):
     """
 
     policies: Names = ("cs_ucb_q", "modified_cs_ucb", "random", "round_robin")
-    """policies: cs_ucb_q, modified_cs_ucb, cs_ucb, random, round_robin"""
     beta: Floats = (0.1,)
     """CS-UCB-Q weight β in [0, 1]"""
     clients: int = 10
-    """clients K"""
     N: int = 4
-    """channels N, 1 ≤ N ≤ K"""
     rich_clients: int = 2
     """clients with several digits"""
     labels_per_rich: int = 5
     """digits of each rich client"""
-    distance: float = 300.0
-    """client distance (m) > 0"""
-    availability: float = 0.9
-    """availability α in [0, 1]"""
-    tau_max: float = 0.2
-    """round deadline τ_max (s) > 0"""
     seeds: int = 8
     rounds: int = 100
     out: str = "runs/fl_cs_ucb_q"
 
     name: ClassVar[str] = "fl_cs_ucb_q"
-    environment: ClassVar[str] = "wireless"
     title: ClassVar[str] = "CS-UCB-Q (Xia Fig. 6)"
     summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "beta",
-        "learning_rate",
-        "min_selection_rate",
-        "max_rate_violation",
+        *"policy beta learning_rate min_selection_rate max_rate_violation".split(),
         *ACCURACY_COLUMNS,
     )
 
     def check(self) -> None:
         super().check()
-        checks.integer("--clients", self.clients)
         checks.integer("--rich-clients", self.rich_clients, 0, self.clients, "--clients")
         checks.integer("--labels-per-rich", self.labels_per_rich)
-        checks.integer("--N", self.N, 1, self.clients, "--clients")
-        checks.in_range("--availability", self.availability, 0.0, 1.0)
-        checks.positive("--tau-max", self.tau_max)
-        checks.positive("--distance", self.distance)
-        check_policies(self.policies, self.environment)
         check_hparams(self.policies, {"beta": self.beta})
         self.check_training()
 
     def plan(self) -> Plan:
-        from jfl.envs.wireless import WirelessEnv, make_params
+        from jfl.envs.wireless import WirelessEnv
         from jfl.fl.partition import make_partition
         from jfl.regret import check_fairness
         from jfl.sweep import config_table
@@ -204,12 +180,7 @@ class FlCsUcbQ(Sweep, Training):
         availability = np.full(self.clients, self.availability)
         # c must be achievable with N channels and this availability before anything runs.
         check_fairness(fairness, availability, self.N)
-        params = make_params(
-            num_clients=self.clients,
-            distance=np.full(self.clients, self.distance),
-            tau_max=self.tau_max,
-            availability=self.availability,
-        )
+        params = self.params()
         rows = len(configs)
         rate = np.tile(fairness, (rows, 1))
 
@@ -273,11 +244,7 @@ class FlCocs(HflScenario, Training):
     name: ClassVar[str] = "fl_cocs"
     title: ClassVar[str] = "COCS (Qu Fig. 4a)"
     summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "budget",
-        "deadline",
-        "learning_rate",
-        "success_per_round",
+        *"policy budget deadline learning_rate success_per_round".split(),
         *ACCURACY_COLUMNS,
     )
 

@@ -81,18 +81,9 @@ class VBetaGrid(RbcsfScenario):
     out: str = "runs/v_beta_grid"
 
     name: ClassVar[str] = "v_beta_grid"
-    summary_columns: ClassVar[tuple[str, ...]] = (
-        "policy",
-        "V",
-        "beta",
-        "alpha",
-        "deadline",
-        "n_seeds",
-        "mean_round_time",
-        "final_queue_mean",
-        "min_selection_rate",
-        "jain_index",
-        "selected_per_round",
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy V beta alpha deadline n_seeds mean_round_time final_queue_mean "
+        "min_selection_rate jain_index selected_per_round".split()
     )
 
     def check(self) -> None:

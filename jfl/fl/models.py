@@ -42,40 +42,45 @@ class LogisticRegression(nn.Module):
         return nn.Dense(self.num_classes, name="linear")(_flatten(x))
 
 
-class FashionCNN(nn.Module):
-    """RBCS-F §6.2.1 Fashion-MNIST CNN, "SAME" padding (see the module docstring).
+class CNN(nn.Module):
+    """Conv 5×5 layers ("SAME" padding, see the module docstring), each followed by ReLU and a
+    2×2 max-pool; then flatten, dense layers with ReLU, and a linear output layer."""
+
+    num_classes: int
+    conv_features: tuple[int, ...]
+    dense_features: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, x):
+        for i, features in enumerate(self.conv_features, 1):
+            x = _pool(nn.relu(nn.Conv(features, (5, 5), padding="SAME", name=f"conv{i}")(x)))
+        x = _flatten(x)
+        for i, features in enumerate(self.dense_features, 1):
+            x = nn.relu(nn.Dense(features, name=f"dense{i}")(x))
+        return nn.Dense(self.num_classes, name="out")(x)
+
+
+class FashionCNN(CNN):
+    """RBCS-F §6.2.1 Fashion-MNIST CNN.
 
     Conv 5×5, 20 channels → ReLU → 2×2 max-pool → Conv 5×5, 50 channels → ReLU → 2×2 max-pool
     → flatten → Dense 500 → ReLU → Dense ``num_classes``.
     """
 
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        x = _pool(nn.relu(nn.Conv(20, (5, 5), padding="SAME", name="conv1")(x)))
-        x = _pool(nn.relu(nn.Conv(50, (5, 5), padding="SAME", name="conv2")(x)))
-        x = nn.relu(nn.Dense(500, name="dense1")(_flatten(x)))
-        return nn.Dense(self.num_classes, name="out")(x)
+    conv_features: tuple[int, ...] = (20, 50)
+    dense_features: tuple[int, ...] = (500,)
 
 
-class CifarCNN(nn.Module):
-    """RBCS-F §6.2.1 / COCS §VI CIFAR-10 CNN, "SAME" padding (see the module docstring).
+class CifarCNN(CNN):
+    """RBCS-F §6.2.1 / COCS §VI CIFAR-10 CNN.
 
     Conv 5×5, 64 channels → ReLU → 2×2 max-pool → Conv 5×5, 64 channels → ReLU → 2×2 max-pool
     → flatten → Dense 384 → ReLU → Dense 192 → ReLU → Dense ``num_classes``. The pools are
     2×2 with stride 2, as in ``FashionCNN`` (the papers do not give the pool size).
     """
 
-    num_classes: int
-
-    @nn.compact
-    def __call__(self, x):
-        x = _pool(nn.relu(nn.Conv(64, (5, 5), padding="SAME", name="conv1")(x)))
-        x = _pool(nn.relu(nn.Conv(64, (5, 5), padding="SAME", name="conv2")(x)))
-        x = nn.relu(nn.Dense(384, name="dense1")(_flatten(x)))
-        x = nn.relu(nn.Dense(192, name="dense2")(x))
-        return nn.Dense(self.num_classes, name="out")(x)
+    conv_features: tuple[int, ...] = (64, 64)
+    dense_features: tuple[int, ...] = (384, 192)
 
 
 MODELS = {"logistic": LogisticRegression, "fashion_cnn": FashionCNN, "cifar_cnn": CifarCNN}

@@ -66,6 +66,13 @@ def _check_num_clients(num_clients, n: int) -> int:
     return int(num_clients)
 
 
+def _checked_classes(labels, num_clients) -> tuple[np.ndarray, int, np.ndarray]:
+    """Checked labels and client count, and the distinct classes."""
+    labels = _check_labels(labels)
+    num_clients = _check_num_clients(num_clients, labels.size)
+    return labels, num_clients, np.unique(labels)
+
+
 def _check_samples_per_client(samples_per_client, num_clients: int, n: int) -> int:
     high = n // num_clients
     if not _is_int(samples_per_client) or not 1 <= samples_per_client <= high:
@@ -224,10 +231,7 @@ def two_labels(
     holders; classes held by nobody (only when ``N·L < C``) are unused. A client whose class has
     fewer samples than holders may get fewer than ``L`` labels (or none): no data is left for it.
     """
-    labels = _check_labels(labels)
-    n = labels.size
-    num_clients = _check_num_clients(num_clients, n)
-    classes = np.unique(labels)
+    labels, num_clients, classes = _checked_classes(labels, num_clients)
     num_classes = classes.size
     per = _check_int("labels_per_client", labels_per_client, 1, num_classes)
     perm = rng.permutation(num_classes)
@@ -255,10 +259,7 @@ def heterogeneous(
     client may share a label with a rich one). Each class's samples are shuffled and split evenly
     among the clients holding it; classes held by nobody are unused.
     """
-    labels = _check_labels(labels)
-    n = labels.size
-    num_clients = _check_num_clients(num_clients, n)
-    classes = np.unique(labels)
+    labels, num_clients, classes = _checked_classes(labels, num_clients)
     num_classes = classes.size
     rich = _check_int("rich_clients", rich_clients, 0, num_clients)
     per = _check_int("labels_per_rich", labels_per_rich, 1)

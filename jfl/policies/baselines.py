@@ -72,33 +72,24 @@ def fedcs(num_clients: int, selection_size: int = 8) -> Policy:
     return stateless(select)
 
 
-register(
-    PolicySpec(
-        "random",
-        random_policy,
-        {},
-        "uniform random among the available clients",
-        size_name="selection_size",
-    )
-)
+register(PolicySpec("random", random_policy, {}, "uniform random among the available clients"))
 register(
     PolicySpec(
         "dirichlet_random",
         dirichlet_random,
         {"gamma2": HParam(1.0, 0.0, low_open=True, help="Dirichlet concentration γ₂ > 0")},
         "random selection with per-run Dirichlet(γ₂) client weights (RBCS-F §6.2.2)",
-        size_name="selection_size",
     )
 )
+# FedCS selects every client that meets the deadline, not m of them (not capped, SPEC §9).
+_DEADLINE = HParam(3.0, 0.0, low_open=True, help="deadline (s) on expected time τ*")
 register(
     PolicySpec(
         "fedcs",
         fedcs,
-        {"deadline": HParam(3.0, 0.0, low_open=True, help="deadline (s) on expected time τ*")},
+        {"deadline": _DEADLINE},
         "FedCS: all available clients whose expected time meets the deadline (oracle)",
         requires=("available", "expected_time"),
-        size_name="selection_size",
-        # Every client that meets the deadline, not m of them (FedCS is not capped, SPEC §9).
         selects_at_most=lambda num_clients, size: num_clients,
     )
 )
