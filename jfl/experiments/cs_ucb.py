@@ -421,7 +421,7 @@ class FairnessScenario(WirelessScenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class FairnessSweep(WirelessSweep, FairnessScenario):
+class FairnessSweep(FairnessScenario, WirelessSweep):
     """The fairness scenario with regret against r* of the linear program (23) over
     availability-only policies."""
 
