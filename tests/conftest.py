@@ -1,0 +1,47 @@
+"""Test-session setup: JAX's persistent compilation cache, one directory per worker.
+
+Compilation dominates the suite's time, and many tests build the same program again (a fresh
+``make_run`` closure, a notebook kernel, a sweep's driver): JAX's jit cache is keyed by the
+function object, its persistent cache by the compiled program itself, so with the latter an
+identical program is compiled once per worker. Results do not change (the cache stores what XLA
+compiled for the same program and options). Each pytest-xdist worker of each run gets its own
+directory, so no two processes write one entry at the same time and every run starts cold (the
+suite's time is what a fresh machine sees); notebook kernels and subprocesses inherit it through
+the environment, and it is removed when the worker ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+CACHE_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+
+
+_CACHE: Path | None = None
+
+
+def pytest_configure(config):
+    global _CACHE
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _CACHE = Path(tempfile.gettempdir()) / f"jfl-tests-jax-cache-{run}-{worker}"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE)
+    for name, value in CACHE_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)
