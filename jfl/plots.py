@@ -153,7 +153,7 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
     """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
 
     Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
-    dataset has a ``rate_target``.
+    dataset has a per-client ``queue_rate`` [config, client].
     """
     from jfl.results import running_selection_fraction
 
@@ -169,8 +169,8 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
         for config in configs:
             samples = fraction.sel(config=config, client=k).transpose("seed", "round").to_numpy()
             band(ax, x, samples, label=config_label(ds, config, varying))
-        if "rate_target" in ds:
-            targets = np.unique(ds["rate_target"].sel(config=configs, client=k).to_numpy())
+        if "queue_rate" in ds and "client" in ds["queue_rate"].dims:
+            targets = np.unique(ds["queue_rate"].sel(config=configs, client=k).to_numpy())
             for target in targets:
                 ax.axhline(target, color="k", linestyle="--", linewidth=1)
         ax.set_title(f"client {k + 1}")

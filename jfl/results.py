@@ -27,7 +27,7 @@ HEADLINE_METRICS = (
     "jain_index",
     "selected_per_round",
 )
-# Convergence to the guaranteed rates (β, or c per client in a ``rate_target`` variable).
+# Convergence to the guaranteed rates ``queue_rate``: β per configuration, or c per client.
 TARGET_METRICS = ("target_met", "rounds_to_target")
 # Federated training (SPEC §4): final test accuracy, and rounds and simulated wall-clock time to
 # the ``target_accuracy`` attribute (NaN for seeds that never reach it, so the mean and interval
@@ -94,16 +94,14 @@ def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
 def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
     """Headline metrics of SPEC §4 for every (config, seed).
 
-    The guaranteed rate is a per-client ``rate_target`` variable (CS-UCB-Q's c) when present,
-    the config's ``queue_rate`` otherwise. ``extra(ds) -> {name: DataArray}`` adds an
-    experiment's own metrics (regret, utility, …) after these.
+    The guaranteed rate is ``queue_rate``: a configuration coordinate (β, or the rate measured
+    for policies without one) or a per-client variable [config, client] (CS-UCB-Q's c).
+    ``extra(ds) -> {name: DataArray}`` adds an experiment's own metrics (regret, utility, …)
+    after these.
     """
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
-    if "rate_target" in ds:
-        target = ds["rate_target"]
-    else:
-        target = ds["queue_rate"] if "queue_rate" in ds.coords else xr.zeros_like(rate)
+    target = ds["queue_rate"] if "queue_rate" in ds else xr.zeros_like(rate)
     metrics = {}
     if "accuracy" in ds:
         metrics.update(accuracy_metrics(ds))

@@ -28,7 +28,7 @@ def ds():
             "selection_count": (("config", "seed", "client"), selected.sum(-2)),
             "final_queue": (("config", "seed", "client"), rng.random((*shape, CLIENTS))),
             "selected": (("config", "seed", "round", "client"), selected),
-            "rate_target": (("config", "client"), np.full((CONFIGS, CLIENTS), 0.4)),
+            "queue_rate": (("config", "client"), np.full((CONFIGS, CLIENTS), 0.4)),
             "accuracy": (("config", "seed", "eval"), rng.random((*shape, len(evals)))),
             "wall_clock": (
                 ("config", "seed", "round"),

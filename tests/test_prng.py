@@ -1,51 +1,27 @@
-"""The unrolled CPU threefry lowering gives exactly JAX's default random bits."""
+"""The unrolled CPU threefry lowering gives exactly JAX's default random bits; importing jfl
+changes no global state.
+
+Both checks need a fresh Python process (nothing of jfl imported yet, JAX's CPU lowerings as JAX
+left them), and one process serves both: it first records what ``import jfl`` changes, then draws
+the same random bits with JAX's default (rolled) lowering and, after registering the unrolled one,
+again through freshly traced programs. Programs lowered before the registration keep their
+lowering, so each draw builds new ``jit`` functions, and the process reports both lowered texts:
+the test checks that the second draw really went through another lowering.
+"""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 SCRIPT = """
-import sys, numpy as np, jax
-import jfl.prng
-registered = jfl.prng.use_unrolled_threefry_on_cpu()
-keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(0), s))(np.arange(16))
-u = jax.jit(jax.vmap(lambda k: jax.random.uniform(k, (4, 40))))(keys)
-split = jax.jit(lambda k: jax.random.split(k, (7, 2)))(keys[3])
-bits = np.concatenate([np.asarray(u).view(np.uint32).ravel(),
-                       np.asarray(jax.random.key_data(split)).ravel()])
-np.save(sys.argv[1], bits)
-print(registered)
-"""
+import json, os, sys
 
-
-def _draw(path, rolled: bool):
-    env = {**os.environ, "JFL_ROLLED_THREEFRY": "1" if rolled else "0"}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(path)], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1], np.load(path)
-
-
-def test_unrolled_threefry_bits_equal_jax_default(tmp_path):
-    flag_default, rolled = _draw(tmp_path / "rolled.npy", rolled=True)
-    flag_unrolled, unrolled = _draw(tmp_path / "unrolled.npy", rolled=False)
-    assert flag_default == "False"  # the opt-out keeps JAX's own lowering
-    assert flag_unrolled in ("True", "False")  # False only if JAX's private layout changed
-    np.testing.assert_array_equal(rolled, unrolled)
-
-
-def test_import_changes_no_global_state():
-    """``import jfl`` (plots included) leaves JAX's lowerings and matplotlib's backend alone.
-
-    The dependencies are imported first: their own import-time registrations (chex imports
-    checkify, which registers a lowering) are theirs, not jfl's.
-    """
-    script = """
+# 1. `import jfl` (plots included) leaves JAX's lowerings and matplotlib's backend alone.
 import matplotlib
 backend = matplotlib.get_backend()
 import chex, flax, optax, xarray
@@ -54,8 +30,66 @@ before = dict(mlir._platform_specific_lowerings["cpu"])
 import jfl, jfl.plots, jfl.results, jfl.sweep
 after = dict(mlir._platform_specific_lowerings["cpu"])
 changed = [p for p in set(before) | set(after) if before.get(p) is not after.get(p)]
-print(len(changed), matplotlib.get_backend() == backend)
+
+# 2. The same bits with JAX's rolled threefry and with the unrolled lowering.
+import numpy as np, jax
+import jfl.prng
+
+def draw():
+    # fresh functions: a program traced and lowered earlier would keep its lowering
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(0), s))(np.arange(16))
+    uniform = jax.jit(jax.vmap(lambda k: jax.random.uniform(k, (4, 40))))
+    u = uniform(keys)
+    split = jax.jit(lambda k: jax.random.split(k, (7, 2)))(keys[3])
+    bits = np.concatenate([np.asarray(u).view(np.uint32).ravel(),
+                           np.asarray(jax.random.key_data(split)).ravel()])
+    return bits, uniform.lower(keys).as_text()
+
+os.environ["JFL_ROLLED_THREEFRY"] = "1"  # the opt-out: the call must leave JAX's lowering
+flag_default = jfl.prng.use_unrolled_threefry_on_cpu()
+rolled, rolled_text = draw()
+os.environ["JFL_ROLLED_THREEFRY"] = "0"
+flag_unrolled = jfl.prng.use_unrolled_threefry_on_cpu()
+unrolled, unrolled_text = draw()
+np.savez(sys.argv[1], rolled=rolled, unrolled=unrolled)
+print(json.dumps({
+    "changed": len(changed),
+    "same_backend": matplotlib.get_backend() == backend,
+    "flag_default": flag_default,
+    "flag_unrolled": flag_unrolled,
+    "lowering_changed": rolled_text != unrolled_text,
+}))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def fresh_process(tmp_path_factory):
+    """Run SCRIPT once in a new interpreter: its JSON report and the two arrays of bits."""
+    path = tmp_path_factory.mktemp("prng") / "bits.npz"
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["0", "True"]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    with np.load(path) as bits:
+        return report, bits["rolled"], bits["unrolled"]
+
+
+def test_unrolled_threefry_bits_equal_jax_default(fresh_process):
+    report, rolled, unrolled = fresh_process
+    assert report["flag_default"] is False  # the opt-out keeps JAX's own lowering
+    # False only if JAX's private layout changed (then nothing is registered)
+    assert isinstance(report["flag_unrolled"], bool)
+    if report["flag_unrolled"]:
+        assert report["lowering_changed"]  # the second draw really used the unrolled lowering
+    assert rolled.size == 16 * 4 * 40 + 7 * 2 * 2
+    np.testing.assert_array_equal(rolled, unrolled)
+
+
+def test_import_changes_no_global_state(fresh_process):
+    """``import jfl`` (plots included) leaves JAX's lowerings and matplotlib's backend alone.
+
+    The dependencies are imported first: their own import-time registrations (chex imports
+    checkify, which registers a lowering) are theirs, not jfl's.
+    """
+    report, _, _ = fresh_process
+    assert report["changed"] == 0
+    assert report["same_backend"] is True

@@ -87,9 +87,9 @@ def test_run_metrics_by_hand_and_with_extra(ds):
     assert "final_accuracy" not in metrics
 
 
-def test_rate_target_per_client_replaces_queue_rate(ds):
+def test_per_client_queue_rate_variable_is_the_target(ds):
     target = np.linspace(0.0, 0.8, CLIENTS)
-    ds["rate_target"] = (("config", "client"), np.tile(target, (CONFIGS, 1)))
+    ds["queue_rate"] = (("config", "client"), np.tile(target, (CONFIGS, 1)))
     rate = ds["selection_count"].to_numpy() / ROUNDS
     metrics = run_metrics(ds)
     np.testing.assert_allclose(metrics["max_rate_violation"], np.maximum(target - rate, 0).max(-1))

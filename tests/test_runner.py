@@ -80,14 +80,25 @@ def test_unbatched_run_equals_batched(setup):
             np.testing.assert_array_equal(np.asarray(getattr(together, name))[i, s], value, name)
 
 
-@pytest.mark.parametrize("chunk_size", [1, 4, 11, 16])
-def test_chunk_size_does_not_change_results(setup, chunk_size):
+@pytest.mark.parametrize(
+    "chunk_size, num_configs",
+    [
+        (1, 11),  # one configuration per chunk
+        (4, 11),  # 4 + 4 + 3: the last chunk padded
+        (11, 11),  # one exact chunk
+        (4, 3),  # one chunk larger than the sweep, padded (reuses the 4-wide program)
+    ],
+)
+def test_chunk_size_does_not_change_results(setup, chunk_size, num_configs):
     """Chunks of any size (last one padded) reproduce the one-batch results exactly."""
     _, _, _, batched, hparams, keys = setup
     reference = batched(keys, hparams, hparams["beta"])
-    chunked = run_chunked(batched, keys, hparams, hparams["beta"], chunk_size)
+    some = {k: v[:num_configs] for k, v in hparams.items()}
+    chunked = run_chunked(batched, keys, some, some["beta"], chunk_size)
     for name, value in chunked.items():
-        np.testing.assert_array_equal(np.asarray(getattr(reference, name)), value, name)
+        assert len(value) == num_configs, name
+        want = np.asarray(getattr(reference, name))[:num_configs]
+        np.testing.assert_array_equal(want, value, name)
 
 
 class _Interrupt(Exception):
@@ -342,11 +353,12 @@ def test_run_keys_reset_key_gives_the_run_layout():
     num_clients, m, rounds = 5, 2, 40
     params = make_params(num_clients, tau_max=0.5)
     keys = seed_keys(11, np.arange(3))
-    layouts = np.asarray(jax.vmap(lambda k: env.layout(run_keys(k)[0], params))(keys))
+    layouts = np.asarray(jax.jit(jax.vmap(lambda k: env.layout(run_keys(k)[0], params)))(keys))
     assert layouts.shape == (3, num_clients)
     assert len(np.unique(layouts, axis=0)) == 3  # a fresh layout per seed
+    reset = jax.jit(env.reset)  # one compiled reset for the three seeds
     for s in range(3):
-        _, state = jax.jit(env.reset)(run_keys(keys[s])[0], params)
+        _, state = reset(run_keys(keys[s])[0], params)
         np.testing.assert_array_equal(np.asarray(state.distance), layouts[s])
 
     # The run with these distances given explicitly is the same run. Parameters are passed as

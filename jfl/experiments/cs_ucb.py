@@ -148,7 +148,7 @@ def add_scenario(
     tau_max: float,
 ) -> xr.Dataset:
     """c, α, the benchmark reward, Monte Carlo μ and τ_max as variables of a results dataset."""
-    ds["rate_target"] = (("config", "client"), fairness)
+    ds["queue_rate"] = (("config", "client"), fairness)
     ds["availability_prob"] = (("config", "client"), availability)
     ds["benchmark_reward"] = (("config", "seed"), benchmark)
     ds["mean_reward"] = (("seed", "client"), mu)

@@ -187,7 +187,7 @@ class FlCsUcbQ(FairnessScenario, Training):
         def finish(ds):
             # Rate metrics are measured against each client's guaranteed rate c_k.
             ds = ds.drop_vars("queue_rate")
-            ds["rate_target"] = (("config", "client"), rate)
+            ds["queue_rate"] = (("config", "client"), rate)
             return ds
 
         plan = Plan(

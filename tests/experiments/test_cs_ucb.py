@@ -362,7 +362,7 @@ def _check_common_outputs(run, figures, tau_max, benchmark_word):
     ds = run["ds"]
     assert ds.attrs["tau_max"] == pytest.approx(tau_max)
     assert ds["benchmark_reward"].dims == ("config", "seed")
-    assert ds["rate_target"].dims == ("config", "client")
+    assert ds["queue_rate"].dims == ("config", "client")
     assert ds["mean_reward"].dims == ("seed", "client")
     assert list(ds["policy"].to_numpy()) == list(summary["policy"])
 
@@ -380,7 +380,7 @@ def test_ideal_end_to_end(ideal_run):
     assert ideal_run["metadata"]["config"]["experiment"] == "cs_ucb_ideal"
     assert list(zip(summary["policy"], summary["N"], strict=True)) == [("cs_ucb", 2), ("cs_ucb", 3)]
     assert dict(ds.sizes) == {"config": 2, "seed": 2, "round": ROUNDS, "client": 6}
-    np.testing.assert_array_equal(ds["rate_target"], 0.0)
+    np.testing.assert_array_equal(ds["queue_rate"], 0.0)
     np.testing.assert_array_equal(ds["availability_prob"], 1.0)
     mu = ds["mean_reward"].to_numpy()
     assert len(np.unique(mu, axis=0)) == 2  # a fresh layout per seed
@@ -407,7 +407,7 @@ def test_fairness_end_to_end(fairness_run):
     np.testing.assert_allclose(summary["beta"][:2], [1e-3, 0.1])
     assert np.isnan(summary["beta"][2])
     assert dict(ds.sizes) == {"config": 3, "seed": 2, "round": ROUNDS, "client": 3}
-    np.testing.assert_array_equal(ds["rate_target"], np.tile(C_DEFAULT, (3, 1)))
+    np.testing.assert_array_equal(ds["queue_rate"], np.tile(C_DEFAULT, (3, 1)))
     np.testing.assert_array_equal(ds["availability_prob"], 0.9)
     mu = ds["mean_reward"].to_numpy()
     assert (mu == mu[0]).all()  # explicit equal distances: one layout for every seed
@@ -436,10 +436,10 @@ def test_beta_rho_grid_end_to_end(grid_run):
         (0.5, 1e-3), (0.5, 0.1), (1.2, 1e-3), (1.2, 0.1),
     ]  # fmt: skip
     rho = ds["rho"].to_numpy()
-    np.testing.assert_allclose(ds["rate_target"], rho[:, None] * SAMPLES / SAMPLES.sum())
+    np.testing.assert_allclose(ds["queue_rate"], rho[:, None] * SAMPLES / SAMPLES.sum())
     mu = ds["mean_reward"].to_numpy()[0]
     for config in range(4):
-        c = ds["rate_target"][config].to_numpy()
+        c = ds["queue_rate"][config].to_numpy()
         r_star = regret.availability_lp(mu, np.full(3, 0.9), c, 2).r_star
         np.testing.assert_allclose(ds["benchmark_reward"][config], r_star, atol=1e-12)
     # A tighter fairness constraint cannot raise the optimum of the LP.

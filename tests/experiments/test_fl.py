@@ -458,7 +458,7 @@ def test_cs_ucb_q_rate_metrics_use_c(cs_ucb_q_run):
     ds, summary = cs_ucb_q_run["ds"], cs_ucb_q_run["summary"]
     sizes = ds["data_size"].to_numpy()[0].astype(float)
     c = sizes / sizes.sum()
-    np.testing.assert_allclose(ds["rate_target"].to_numpy()[0], c, rtol=1e-12)
+    np.testing.assert_allclose(ds["queue_rate"].to_numpy()[0], c, rtol=1e-12)
     rate = ds["selection_count"].to_numpy() / ROUNDS
     expected = np.maximum(c - rate, 0.0).max(-1).mean(-1)
     np.testing.assert_allclose(summary["max_rate_violation"], expected, rtol=1e-6)

@@ -114,14 +114,29 @@ PARAMS = random_params(1)
 KEY = jax.random.key(42)  # the round key handed to ``step``
 
 
+# make_learner's defaults, spelled out so that options equal to them share one compiled step.
+DEFAULTS = {
+    "epochs": 1,
+    "batch_size": 10,
+    "slots": N,
+    "num_servers": 1,
+    "aggregation": "data_size",
+    "global_every": 1,
+}
+
+
 @functools.cache
 def _learner(**options):
     return make_learner(MODEL, SHAPE, N, **options)
 
 
 @functools.cache
+def _jit_step(options):
+    return jax.jit(_learner(**dict(options)).step)
+
+
 def _step(**options):
-    return jax.jit(_learner(**options).step)
+    return _jit_step(tuple(sorted({**DEFAULTS, **options}.items())))
 
 
 def step(options, state, action, delivered=None, t=1, data=DATA, lr=LR, key=KEY):

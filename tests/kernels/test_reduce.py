@@ -67,21 +67,29 @@ class ReduceTest(chex.TestCase):
         assert ints.dtype == jnp.int32 and int(ints) == 45
 
 
+@jax.jit
+def _sums(x, ints, cube):
+    """The reductions test_pairwise_sum_matches_numpy checks, as one compiled program per n
+    (op by op, every halving step of every shape would compile on its own; the without_jit
+    variants of ReduceTest cover eager execution)."""
+    return pairwise_sum(x), pairwise_sum(ints), pairwise_mean(ints), pairwise_sum(cube, axis=1)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 40, 1000])
 def test_pairwise_sum_matches_numpy(n):
     """pairwise_sum vs np.sum in float64 (float32 input: pairwise rounding bound), and exactly
     for integer-valued input; pairwise_mean = sum / n; the axis argument is honoured."""
     rng = np.random.default_rng(34 + n)
     x = rng.normal(size=(6, n)).astype(np.float32)
-    got = np.asarray(pairwise_sum(x))
+    ints = rng.integers(-50, 50, (6, n)).astype(np.float32)
+    cube = rng.integers(-5, 5, (3, n, 4)).astype(np.float32)
+    got, int_sum, int_mean, cube_sum = (np.asarray(a) for a in _sums(x, ints, cube))
     # pairwise summation error ≤ ceil(log2 n)·eps32·Σ|x| (plus one rounding of the result)
     tol = (np.ceil(np.log2(max(n, 2))) + 1) * EPS32 * np.abs(x.astype(float)).sum(axis=1)
     assert np.all(np.abs(got - x.astype(float).sum(axis=1)) <= tol)
-    ints = rng.integers(-50, 50, (6, n)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(pairwise_sum(ints)), ints.sum(axis=1))
-    np.testing.assert_allclose(np.asarray(pairwise_mean(ints)), ints.mean(axis=1), rtol=1e-6)
-    cube = rng.integers(-5, 5, (3, n, 4)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(pairwise_sum(cube, axis=1)), cube.sum(axis=1))
+    np.testing.assert_array_equal(int_sum, ints.sum(axis=1))
+    np.testing.assert_allclose(int_mean, ints.mean(axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(cube_sum, cube.sum(axis=1))
 
 
 def test_pairwise_sum_empty_and_batch_invariance():

@@ -241,8 +241,10 @@ def test_small_pool_max_dispatch(monkeypatch):
     monkeypatch.setattr(selection, "SMALL_POOL_MAX", 0)
     assert "sort" in primitives(9)
     # and the forced path still solves P4 exactly
+    # 1000 instances of width PAD_N and m = 3: the very program of the large-path integer test
+    # (batched_solver("large", 3)), which the persistent compilation cache then serves
     rng = np.random.default_rng(13)
-    tau, queue, available, V = random_instances(rng, 200, PAD_N, integer=True)
+    tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
     fn = jax.jit(jax.vmap(functools.partial(divide_and_conquer, m=3)))
     check_selection(fn(tau, queue, available, V=V), tau, queue, available, V, 3, p4_bruteforce)
 
@@ -382,7 +384,8 @@ class UnbatchedTest(chex.TestCase):
     def test_divide_and_conquer_unbatched_matches_vmap(self):
         """An unbatched call returns the same mask as the jitted vmapped batch (per instance)."""
         rng = np.random.default_rng(12)
-        tau, queue, available, V = random_instances(rng, 20, PAD_N, integer=True)
+        # a batch of 1000 reuses the compiled program of the integer-instance test (same shapes)
+        tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
         batched = np.asarray(batched_solver("small", 3)(tau, queue, available, V))
         single = self.variant(divide_and_conquer, static_argnums=3)
         # op-by-op execution retraces the scan at every call: a few instances suffice there

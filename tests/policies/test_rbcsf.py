@@ -34,75 +34,89 @@ N, M = 40, 8
 # --------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def rbcsf_functions(num_clients, m):
-    """The policy's init and jitted per-round functions, built once and reused.
-
-    ``select_round`` builds the observation from the environment state (the environment's
-    deterministic part), computes the policy's τ̄ (for diagnostics) and its selection.
-    """
-    policy = jfl.policies.get("rbcsf").build(num_clients, m)
-
-    @jax.jit
-    def select_round(policy_state, env_state, env_params, hparams):
-        obs = ENV.observation(env_state, env_params)
-        estimate = ridge_estimate(policy_state.ridge, obs.context)
-        tau_bar = lower_confidence_bound(estimate, hparams["alpha"])
-        action = policy.select(jax.random.key(0), policy_state, obs, hparams)
-        return obs, tau_bar, action
-
-    return policy.init, select_round, jax.jit(policy.update)
+RBCSF_CONFIGS = [  # (V, β, α)
+    (10.0, 0.15, 0.1),  # the paper's defaults
+    (0.0, 0.15, 0.1),  # fairness only: every round is a Z tie-fest
+    (10.0, 0.0, 0.1),  # no fairness: queues stay 0
+    (100.0, 0.3, 1.0),  # strong exploration, heavy fairness
+    (1.0, 0.15, 0.0),  # no exploration bonus
+]
+RBCSF_ROUNDS = 320
 
 
-def run_jfl_rbcsf_on_reference(draws, reference, V, beta, alpha, lam=1.0):
-    """Drive the jfl RBCS-F policy through the reference's rounds (float64).
+def run_jfl_rbcsf_on_reference(draws, references, configs, lam=1.0):
+    """Drive the jfl RBCS-F policy through each reference's rounds (float64), one configuration
+    ``(V, β, α)`` per reference, all under one jit (a ``lax.scan`` over rounds, vmapped over the
+    configurations).
 
-    Each round the policy selects on its own state; the test then plays the *reference's* action
-    (identical whenever the two agree), so that a single exact-tie disagreement cannot make the
-    two trajectories drift apart. Returns per-round actions, τ̄ and queues of the jfl policy.
+    Each round the policy selects on its own state (the observation built by the environment's
+    ``observation`` from a state holding the reference draws); the test then plays the
+    *reference's* action (identical whenever the two agree), so that a single exact-tie
+    disagreement cannot make the two trajectories drift apart. Returns per-round actions, τ̄ and
+    queues of the jfl policy, each with a leading configuration axis.
     """
     num_rounds, num_clients = draws.available.shape
-    init, select_round, update = rbcsf_functions(num_clients, M)
+    policy = jfl.policies.get("rbcsf").build(num_clients, M)
     theta = paper_theta(num_clients)
     env_params = make_params(num_clients=num_clients).replace(theta=jnp.asarray(theta))
-    hparams = jfl.policies.get("rbcsf").complete({"V": V, "beta": beta, "alpha": alpha, "lam": lam})
-    hparams = {k: jnp.asarray(v, jnp.float64) for k, v in hparams.items()}
-    state = init(jax.random.key(0), hparams)
-    actions = np.zeros((num_rounds, num_clients), bool)
-    tau_bars = np.zeros((num_rounds, num_clients))
-    queues = np.zeros((num_rounds, num_clients))
-    cold_start = np.ones(num_clients)
-    for t in range(num_rounds):
-        env_state = RbcsfState(
-            cpu_ratio=jnp.asarray(draws.cpu_ratio[t]),
-            bandwidth=jnp.asarray(draws.bandwidth[t]),
-            available=jnp.asarray(draws.available[t]),
-            cold_start=jnp.asarray(cold_start),
-            t=jnp.asarray(t, jnp.int32),
+    complete = jfl.policies.get("rbcsf").complete
+    hparams = [complete({"V": V, "beta": b, "alpha": a, "lam": lam}) for V, b, a in configs]
+    hparams = {k: jnp.asarray([h[k] for h in hparams], jnp.float64) for k in hparams[0]}
+
+    def one(hparams, played, time):
+        def body(carry, xs):
+            state, cold_start = carry
+            cpu_ratio, bandwidth, available, t, played_t, time_t = xs
+            env_state = RbcsfState(
+                cpu_ratio=cpu_ratio,
+                bandwidth=bandwidth,
+                available=available,
+                cold_start=cold_start,
+                t=t,
+            )
+            obs = ENV.observation(env_state, env_params)
+            estimate = ridge_estimate(state.ridge, obs.context)
+            tau_bar = lower_confidence_bound(estimate, hparams["alpha"])
+            action = policy.select(jax.random.key(0), state, obs, hparams)
+            time_t = jnp.where(played_t, time_t, 0.0)
+            feedback = Feedback(time=time_t, round_time=jnp.max(time_t, initial=0.0))
+            state = policy.update(state, obs, played_t, feedback, hparams)
+            return (state, 1.0 - played_t), (action, tau_bar, state.queue)
+
+        state0 = policy.init(jax.random.key(0), hparams)
+        xs = (
+            jnp.asarray(draws.cpu_ratio),
+            jnp.asarray(draws.bandwidth),
+            jnp.asarray(draws.available),
+            jnp.arange(num_rounds, dtype=jnp.int32),
+            played,
+            time,
         )
-        obs, tau_bar, action = select_round(state, env_state, env_params, hparams)
-        actions[t] = np.asarray(action)
-        tau_bars[t] = np.asarray(tau_bar)
-        played = reference.selected[t]
-        time = np.where(played, reference.time[t], 0.0)
-        feedback = Feedback(time=jnp.asarray(time), round_time=jnp.asarray(time.max(initial=0.0)))
-        state = update(state, obs, jnp.asarray(played), feedback, hparams)
-        queues[t] = np.asarray(state.queue)
-        cold_start = 1.0 - played
-    return actions, tau_bars, queues
+        _, out = jax.lax.scan(body, (state0, jnp.ones(num_clients)), xs)
+        return out
+
+    played = jnp.asarray(np.stack([r.selected for r in references]))
+    time = jnp.asarray(np.stack([r.time for r in references]))
+    out = jax.jit(jax.vmap(one))(hparams, played, time)
+    return tuple(np.asarray(x) for x in out)
 
 
-@pytest.mark.parametrize(
-    ("V", "beta", "alpha"),
-    [
-        (10.0, 0.15, 0.1),  # the paper's defaults
-        (0.0, 0.15, 0.1),  # fairness only: every round is a Z tie-fest
-        (10.0, 0.0, 0.1),  # no fairness: queues stay 0
-        (100.0, 0.3, 1.0),  # strong exploration, heavy fairness
-        (1.0, 0.15, 0.0),  # no exploration bonus
-    ],
-)
-def test_rbcsf_policy_matches_numpy_reference(V, beta, alpha):
+@pytest.fixture(scope="module")
+def rbcsf_runs():
+    """The draws, the references and jfl's (actions, τ̄, queues) for every RBCSF_CONFIGS entry."""
+    rng = np.random.default_rng(2023)
+    with jax.enable_x64(True):
+        draws = draw_rbcsf(rng, RBCSF_ROUNDS, N)
+        references = [
+            simulate_rbcsf(draws, paper_theta(N), M, V, beta, alpha, lam=1.0)
+            for V, beta, alpha in RBCSF_CONFIGS
+        ]
+        out = run_jfl_rbcsf_on_reference(draws, references, RBCSF_CONFIGS)
+    return draws, references, out
+
+
+@pytest.mark.parametrize("config", range(len(RBCSF_CONFIGS)))
+def test_rbcsf_policy_matches_numpy_reference(rbcsf_runs, config):
     """jfl RBCS-F vs simulate_rbcsf (Alg. 2 with the paper's Alg. 1) for 320 rounds, N = 40, m = 8.
 
     Both sides run in float64 on identical draws. Checked per round: τ̄ (the ridge LCB, clamped
@@ -115,12 +129,10 @@ def test_rbcsf_policy_matches_numpy_reference(V, beta, alpha):
     same P4 objective to 1e-9, and the test then continues on the reference's selection. At most
     one such round in 320 is tolerated; in practice there are none.
     """
-    rng = np.random.default_rng(2023)
-    num_rounds = 320
-    with jax.enable_x64(True):
-        draws = draw_rbcsf(rng, num_rounds, N)
-        reference = simulate_rbcsf(draws, paper_theta(N), M, V, beta, alpha, lam=1.0)
-        actions, tau_bars, queues = run_jfl_rbcsf_on_reference(draws, reference, V, beta, alpha)
+    V, beta, _ = RBCSF_CONFIGS[config]
+    draws, references, (all_actions, all_tau_bars, all_queues) = rbcsf_runs
+    reference = references[config]
+    actions, tau_bars, queues = all_actions[config], all_tau_bars[config], all_queues[config]
 
     np.testing.assert_allclose(tau_bars, reference.tau_bar, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(queues, reference.queue, rtol=0, atol=1e-12)
