@@ -241,8 +241,7 @@ def test_small_pool_max_dispatch(monkeypatch):
     monkeypatch.setattr(selection, "SMALL_POOL_MAX", 0)
     assert "sort" in primitives(9)
     # and the forced path still solves P4 exactly
-    # 1000 instances of width PAD_N and m = 3: the very program of the large-path integer test
-    # (batched_solver("large", 3)), which the persistent compilation cache then serves
+    # 1000 instances of width PAD_N and m = 3: the shapes of the large-path integer test
     rng = np.random.default_rng(13)
     tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
     fn = jax.jit(jax.vmap(functools.partial(divide_and_conquer, m=3)))
