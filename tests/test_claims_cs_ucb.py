@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -25,9 +26,8 @@ FAST_SEEDS, SLOW_SEEDS = 16, 64
 FAIRNESS = np.asarray(PRESET_SETTINGS["fairness"]["fairness"])  # c = (0.6, 0.5, 0.4)
 
 
-@functools.cache
-def _run(preset: str, policy: str, num_channels: int, rounds: int, seeds: int, betas=()):
-    """RunOutput with leading axes [config, seed]; one config per β (or one without β)."""
+def _batched_run(preset: str, policy: str, num_channels: int, rounds: int, seeds: int, betas=()):
+    """The batched run of ``policy`` and its arguments; one config per β (or one without β)."""
     env = WirelessEnv()
     params = preset_params(preset)
     spec = get(policy)
@@ -42,8 +42,41 @@ def _run(preset: str, policy: str, num_channels: int, rounds: int, seeds: int, b
     if "fairness" in hparams:
         hparams["fairness"] = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
     queue_rate = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
-    out = make_batched_run(run)(seed_keys(0, np.arange(seeds)), hparams, queue_rate)
-    return {k: np.asarray(v) for k, v in out._asdict().items() if v is not None}
+    return make_batched_run(run), (seed_keys(0, np.arange(seeds)), hparams, queue_rate)
+
+
+@functools.cache
+def _runs(runs):
+    """``{run: RunOutput}`` with leading axes [config, seed] for each ``run`` = the arguments of
+    ``_batched_run``, all under one jit (one compilation instead of one per run; each run's
+    numbers are those of its own batched run)."""
+    built = {spec: _batched_run(*spec) for spec in runs}
+
+    @jax.jit
+    def all_runs(args):
+        return {spec: built[spec][0](*args[spec]) for spec in runs}
+
+    out = all_runs({spec: args for spec, (_, args) in built.items()})
+    return {
+        spec: {k: np.asarray(v) for k, v in o._asdict().items() if v is not None}
+        for spec, o in out.items()
+    }
+
+
+BETAS = (1e-5, 0.1)
+# Every run of the fast claims, computed together.
+FAST_RUNS = (
+    *(("ideal", policy, 5, 2000, FAST_SEEDS) for policy in ("cs_ucb", "random", "round_robin")),
+    *(("ideal", "cs_ucb", n, 1000, FAST_SEEDS) for n in (2, 5, 8)),
+    ("fairness", "cs_ucb_q", 2, 2000, FAST_SEEDS, BETAS),
+    ("fairness", "modified_cs_ucb", 2, 2000, FAST_SEEDS),
+)
+
+
+def _run(*spec):
+    """RunOutput of one run with leading axes [config, seed]: a fast claim's from the shared
+    batch, any other (the slow claims') on its own."""
+    return _runs(FAST_RUNS if spec in FAST_RUNS else (spec,))[spec]
 
 
 def _assert_positive(samples, what):
@@ -95,9 +128,6 @@ def test_cs_ucb_gap_grows_with_channels():
         gaps.append(params.tau_max * regret)
     _assert_positive(gaps[1] - gaps[0], "gap(N=5) - gap(N=2)")
     _assert_positive(gaps[2] - gaps[1], "gap(N=8) - gap(N=5)")
-
-
-BETAS = (1e-5, 0.1)
 
 
 def test_cs_ucb_q_meets_fairness_for_larger_beta():

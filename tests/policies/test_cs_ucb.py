@@ -45,9 +45,8 @@ NEAR_TIE = 1e-5  # relative gap between float64 scores that float32 may rank dif
 # --------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def rollout_fn(name, num_clients, m):
-    """jit(vmap over instances) of a whole run of policy ``name`` on given rewards/availability.
+def rollout(name, num_clients, m):
+    """vmap over instances of a whole run of policy ``name`` on given rewards/availability.
 
     Returns the selections bool[I, T, K] and the initial policy state.
     """
@@ -75,7 +74,42 @@ def rollout_fn(name, num_clients, m):
         _, actions = jax.lax.scan(body, state0, (rewards, available, keys))
         return actions, state0
 
-    return jax.jit(jax.vmap(one))
+    return jax.vmap(one)
+
+
+UCB_POLICIES = ("cs_ucb", "modified_cs_ucb", "cs_ucb_q")
+
+
+@functools.cache
+def shape_runs(num_clients, m):
+    """Every policy's selections on its own instances of shape (K, N), under one jit per shape
+    (one compilation per shape keeps the tests fast): ``{name: (actions, initial state)}`` for
+    the UCB policies (instances and seed of the reference test), Round-robin (those of its test)
+    and, for K = 12, N = 5, Random (those of the size test)."""
+    runs = {}
+    rng = np.random.default_rng(1000 * num_clients + m)
+    rewards, available = make_instances(rng, num_clients)
+    q_hparams = cs_ucb_q_hparams(rng, num_clients, m)
+    for name in UCB_POLICIES:
+        hparams = q_hparams if name == "cs_ucb_q" else {}
+        runs[name] = (rewards, available, hparams, num_clients)
+    rewards, available = make_instances(np.random.default_rng(2000 * num_clients + m), num_clients)
+    runs["round_robin"] = (rewards, available, {}, 7)
+    if (num_clients, m) == (12, 5):
+        rewards, available = make_instances(np.random.default_rng(3000), 12)
+        runs["random"] = (rewards, available, {}, 8)
+    rollouts = {name: rollout(name, num_clients, m) for name in runs}
+
+    @jax.jit
+    def all_policies(args):
+        return {name: rollouts[name](*a) for name, a in args.items()}
+
+    args = {}
+    for name, (rewards, available, hparams, seed) in runs.items():
+        keys = jax.random.split(jax.random.key(seed), rewards.shape[0])
+        args[name] = (keys, jnp.asarray(rewards, jnp.float32), jnp.asarray(available), hparams)
+    out = jax.tree.map(np.asarray, all_policies(args))
+    return {name: (*runs[name][:3], *out[name]) for name in runs}
 
 
 def make_instances(rng, num_clients, num_rounds=NUM_ROUNDS):
@@ -99,15 +133,6 @@ def cs_ucb_q_hparams(rng, num_clients, m):
     beta = np.array(BETAS[: len(INSTANCES)], np.float32)
     c = rng.uniform(0.0, min(0.99, 1.2 * m / num_clients), (len(INSTANCES), num_clients))
     return {"beta": beta, "fairness": c.astype(np.float32)}
-
-
-def run_jfl(name, rewards, available, m, hparams, seed):
-    num_instances, _, num_clients = rewards.shape
-    keys = jax.random.split(jax.random.key(seed), num_instances)
-    actions, state0 = rollout_fn(name, num_clients, m)(
-        keys, jnp.asarray(rewards, jnp.float32), jnp.asarray(available), hparams
-    )
-    return np.asarray(actions), jax.tree.map(np.asarray, state0)
 
 
 def check_sizes(selected, available, m):
@@ -144,14 +169,11 @@ def test_ucb_policies_match_numpy_reference(num_clients, m):
     float64 reference selects from the same state, round by round, on 6 instances (availability
     1 … 0.1, continuous and one-decimal rewards, rounds with nobody available), apart from float
     near-ties, which must be fewer than 1% of the rounds."""
-    rng = np.random.default_rng(1000 * num_clients + m)
-    rewards, available = make_instances(rng, num_clients)
-    q_hparams = cs_ucb_q_hparams(rng, num_clients, m)
+    runs = shape_runs(num_clients, m)
     kappa = initial_rounds(num_clients, m)
     events, rounds = 0, 0
-    for name in ("cs_ucb", "modified_cs_ucb", "cs_ucb_q"):
-        hparams = q_hparams if name == "cs_ucb_q" else {}
-        ours, _ = run_jfl(name, rewards, available, m, hparams, seed=num_clients)
+    for name in UCB_POLICIES:
+        rewards, available, q_hparams, ours, _ = runs[name]
         check_sizes(ours, available, m)
         for i in range(len(INSTANCES)):
             r, a, played = rewards[i], available[i], ours[i]
@@ -173,9 +195,7 @@ def test_ucb_policies_match_numpy_reference(num_clients, m):
 @pytest.mark.parametrize(("num_clients", "m"), SHAPES)
 def test_round_robin_matches_numpy_reference(num_clients, m):
     """Round-robin equals round_robin_numpy on jfl's cycle order exactly (no floats involved)."""
-    rng = np.random.default_rng(2000 * num_clients + m)
-    rewards, available = make_instances(rng, num_clients)
-    ours, state0 = run_jfl("round_robin", rewards, available, m, {}, seed=7)
+    _, available, _, ours, state0 = shape_runs(num_clients, m)["round_robin"]
     check_sizes(ours, available, m)
     for i in range(len(INSTANCES)):
         slot = state0.slot[i]
@@ -187,8 +207,7 @@ def test_round_robin_matches_numpy_reference(num_clients, m):
 def test_random_policy_sizes():
     """Random (on the same instances, K = 12, N = 5): never an unavailable client, exactly
     min(N, |A(t)|) selected every round."""
-    rewards, available = make_instances(np.random.default_rng(3000), 12)
-    ours, _ = run_jfl("random", rewards, available, 5, {}, seed=8)
+    _, available, _, ours, _ = shape_runs(12, 5)["random"]
     check_sizes(ours, available, 5)
     assert len(np.unique(ours[0], axis=0)) > 100  # the choice does vary
 
@@ -341,13 +360,30 @@ def runner_hparams(name, alphas):
     return hparams
 
 
-@pytest.mark.parametrize("name", ["cs_ucb", "modified_cs_ucb", "cs_ucb_q", "round_robin", "random"])
+RUNNER_POLICIES = ("cs_ucb", "modified_cs_ucb", "cs_ucb_q", "round_robin", "random")
+
+
+@functools.cache
+def runner_outputs():
+    """Each policy's batched run over RUNNER_ALPHA (3 seeds): CS-UCB-Q by its own compiled
+    program (which the batch-invariance test calls again), the others under one jit."""
+    keys = seed_keys(0, range(3))
+    queue_rate = jnp.full(len(RUNNER_ALPHA), 0.1, jnp.float32)
+    hparams = {name: runner_hparams(name, RUNNER_ALPHA) for name in RUNNER_POLICIES}
+    others = [name for name in RUNNER_POLICIES if name != "cs_ucb_q"]
+    runs = {name: batched_run(name) for name in others}
+    out = jax.jit(
+        lambda hparams: {name: runs[name](keys, hparams[name], queue_rate) for name in others}
+    )({name: hparams[name] for name in others})
+    out["cs_ucb_q"] = batched_run("cs_ucb_q")(keys, hparams["cs_ucb_q"], queue_rate)
+    return out
+
+
+@pytest.mark.parametrize("name", RUNNER_POLICIES)
 def test_runner_selects_min_n_available(name):
     """In the real runner (WirelessEnv, availability traced per configuration) every round selects
     exactly min(N, |A(t)|) clients, N when availability = 1; trajectories agree with the totals."""
-    keys = seed_keys(0, range(3))
-    hparams = runner_hparams(name, RUNNER_ALPHA)
-    out = batched_run(name)(keys, hparams, jnp.full(len(RUNNER_ALPHA), 0.1, jnp.float32))
+    out = runner_outputs()[name]
     num_selected = np.asarray(out.num_selected)
     num_available = np.asarray(out.num_failed)  # CountingEnv: |A(t)|
     np.testing.assert_array_equal(num_selected, np.minimum(RUNNER_N, num_available))

@@ -227,8 +227,8 @@ def test_dirichlet_random_counts_and_concentration():
     check_counts(selected, available, 5)
     # Everyone available: nearly all selections go to the 5 clients with the largest weights.
     everyone = Observation(
-        context=obs.context, available=jnp.ones_like(obs.available), expected_time=None
-    )
+        context=obs.context, available=jnp.ones_like(obs.available), expected_time=obs.expected_time
+    )  # the same observation structure: the compiled selection is reused
     selected_all, state = selections("dirichlet_random", {"gamma2": 1e-3}, everyone, 20, 5, 2)
     heaviest = np.argsort(-np.asarray(state.log_weight))[:5]
     assert selected_all[:, heaviest].sum() >= 0.99 * selected_all.sum()
@@ -240,9 +240,9 @@ def test_dirichlet_random_counts_and_concentration():
 
 def test_dirichlet_weights_are_normalised():
     """The per-run weights q' are a probability vector (log-sum-exp 0) for small and large γ₂."""
-    policy = jfl.policies.get("dirichlet_random").build(10, 3)
+    init = jax.jit(jfl.policies.get("dirichlet_random").build(10, 3).init)  # γ₂ traced
     for gamma2 in (1e-3, 1.0, 1e6):
-        state = policy.init(jax.random.key(4), {"gamma2": gamma2})
+        state = init(jax.random.key(4), {"gamma2": gamma2})
         total = float(jax.nn.logsumexp(state.log_weight))
         assert abs(total) < 1e-5 and np.all(np.isfinite(np.asarray(state.log_weight)))
 
@@ -258,17 +258,19 @@ def test_fedcs_selects_available_within_deadline(deadline):
     rng = np.random.default_rng(53)
     params = make_params()
     _, state = ENV.reset(jax.random.key(6), params)
-    obs_list = []
+    rounds = []
     for t in range(200):
-        state = state.replace(
-            cpu_ratio=jnp.asarray(rng.uniform(0.5, 2.0, N), jnp.float32),
-            bandwidth=jnp.asarray(rng.uniform(2.0, 4.0, N), jnp.float32),
-            available=jnp.asarray(rng.random(N) < 0.8),
-            cold_start=jnp.asarray(rng.random(N) < 0.5, jnp.float32),
-            t=jnp.asarray(t),
+        rounds.append(
+            state.replace(
+                cpu_ratio=rng.uniform(0.5, 2.0, N).astype(np.float32),
+                bandwidth=rng.uniform(2.0, 4.0, N).astype(np.float32),
+                available=rng.random(N) < 0.8,
+                cold_start=(rng.random(N) < 0.5).astype(np.float32),
+                t=np.asarray(t, np.int32),
+            )
         )
-        obs_list.append(ENV.observation(state, params))
-    obs = jax.tree.map(lambda *x: jnp.stack(x), *obs_list)
+    states = jax.tree.map(lambda *x: jnp.asarray(np.stack(x)), *rounds)
+    obs = jax.jit(jax.vmap(lambda state: ENV.observation(state, params)))(states)
     selected, _ = selections("fedcs", {"deadline": deadline}, obs, N, M, seed=7)
     want = np.asarray(obs.available) & (np.asarray(obs.expected_time) <= deadline)
     np.testing.assert_array_equal(selected, want)
