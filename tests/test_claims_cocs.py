@@ -66,6 +66,7 @@ def _check_order(rounds, seeds):
     _assert_positive(total["linucb"] - total["cucb"], "U(linucb) - U(cucb)")
 
 
+@pytest.mark.slow
 def test_cumulative_utility_order():
     """MNIST preset, 1000 rounds, 16 seeds: Oracle > learners > Random; LinUCB > CUCB (Fig. 3a)."""
     _check_order(1000, FAST_SEEDS)
