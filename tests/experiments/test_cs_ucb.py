@@ -33,23 +33,12 @@ from jfl.experiments.cs_ucb import (
 from jfl.policies import get
 from jfl.results import load_dataset, run_metrics, running_selection_fraction
 from jfl.runner import seed_keys
+from tests.test_cli import _fails
 
 EXPERIMENTS = {"ideal": CsUcbIdeal, "fairness": CsUcbQFairness, "grid": BetaRhoGrid}
 C_DEFAULT = np.array([0.6, 0.5, 0.4])
 SAMPLES = np.array([1500.0, 1000.0, 500.0])
 ROUNDS = 20
-
-
-def _fails(config_type, argv, capsys) -> str:
-    """``main`` exits 2 with exactly one stderr line ``prog: error: …``; returns that line."""
-    with pytest.raises(SystemExit) as exc:
-        cli.main(config_type, argv, prog="prog")
-    captured = capsys.readouterr()
-    assert exc.value.code == 2
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("prog: error: ")
-    return lines[0]
 
 
 # --------------------------------------------------------------------------- scenario vectors
