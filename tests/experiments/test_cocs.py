@@ -2,7 +2,8 @@
 actions.
 
 One tiny Oracle/COCS run over two budgets × two deadlines (a module fixture) serves every output
-check; bad flags stop before anything compiles, so they are covered broadly.
+check, and its golden run (``tests/golden.py``) adds the other policies on the same scenarios; bad
+flags stop before anything compiles, so they are covered broadly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jfl.experiments.cocs import CocsHfl, attach_oracle, utility_metrics
 from jfl.policies import Policy
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
+from tests.golden import check_golden
 
 TINY = dict(clients=8, servers=2, seeds=3, rounds=30, quiet=True)
 TINY_ARGV = ["--clients", "8", "--servers", "2", "--seeds", "3", "--rounds", "30", "--quiet"]
@@ -161,6 +163,12 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny_run):
         assert {"utility", "num_success", "num_selected", "oracle_utility"} <= set(ds.data_vars)
         assert "queue_rate" not in ds.coords
         assert json.loads(ds.attrs["metadata"])["utility"] == "eq. 8 (linear)"
+
+
+def test_reproduces_its_golden_run(tmp_path, tiny_run):
+    """Every policy on the tiny run's scenarios reproduces the summary stored before the refactor
+    (tests/golden.py); COCS and the Oracle reuse the programs compiled for ``tiny_run``."""
+    check_golden("cocs_hfl", tmp_path / "golden")
 
 
 def test_oracle_utility_and_utility_metrics_recomputed_from_results(tiny_run):

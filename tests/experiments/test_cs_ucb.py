@@ -2,9 +2,9 @@
 experiments' command lines (``jfl.cli.main``) and their outputs.
 
 Bad input is refused before anything compiles. Each experiment runs end to end once on a tiny
-grid (module-scoped fixtures shared by the output checks); ``tests/test_golden.py`` pins the
-numbers, these tests what the numbers mean: the benchmark per seed, c per configuration and the
-gaps recomputed from the stored rewards.
+grid (module-scoped fixtures shared by the output checks); their golden runs (``tests/golden.py``,
+the same scenarios with every policy) pin the numbers, the other tests what the numbers mean: the
+benchmark per seed, c per configuration and the gaps recomputed from the stored rewards.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from jfl.experiments.cs_ucb import (
 from jfl.policies import get
 from jfl.results import load_dataset, run_metrics, running_selection_fraction
 from jfl.runner import seed_keys
+from tests.golden import check_golden
 from tests.test_cli import _fails
 
 EXPERIMENTS = {"ideal": CsUcbIdeal, "fairness": CsUcbQFairness, "grid": BetaRhoGrid}
@@ -319,7 +320,7 @@ def _run(config_type, argv, out):
 
 @pytest.fixture(scope="module")
 def ideal_run(tmp_path_factory):
-    # One policy (the golden run covers every policy's rows): one compiled program per N.
+    # One policy (the golden run adds the others at N = 3): one compiled program per N.
     argv = ["--clients", "6", "--N", "3,2", "--policies", "cs_ucb"]
     return _run(CsUcbIdeal, argv, tmp_path_factory.mktemp("ideal") / "out")
 
@@ -434,6 +435,13 @@ def test_beta_rho_grid_end_to_end(grid_run):
     # A tighter fairness constraint cannot raise the optimum of the LP.
     low, high = ds["benchmark_reward"].to_numpy()[rho == 0.5], ds["benchmark_reward"][rho == 1.2]
     assert low.min() >= float(high.max()) - 1e-12
+
+
+@pytest.mark.parametrize("name", ["cs_ucb_ideal", "cs_ucb_q_fairness", "beta_rho_grid"])
+def test_reproduces_its_golden_run(name, tmp_path):
+    """Every policy on an end-to-end scenario reproduces the summary stored before the refactor
+    (tests/golden.py); the policies of the runs above reuse their compiled programs."""
+    check_golden(name, tmp_path / "golden")
 
 
 @pytest.mark.parametrize("which", ["ideal_run", "fairness_run", "grid_run"])

@@ -23,6 +23,7 @@ from jfl.envs.hfl import preset_params
 from jfl.experiments.fl import FlCocs, FlCsUcbQ, FlRbcsf, max_selected
 from jfl.fl.data import MNIST_FILES
 from jfl.results import load_dataset, run_metrics
+from tests.golden import assert_golden_summary, golden_argv
 
 FAST = ["--seeds", "2", "--rounds", "4", "--eval-every", "2", "--quiet"]
 ROUNDS = 4
@@ -36,7 +37,7 @@ TINY = {
     FlCocs: [*FAST, "--clients", "8", "--servers", "2"],
 }
 EXPERIMENTS = list(TINY)
-RBCSF_TARGET = 0.6  # between the accuracies of the γ₁ = 1 and IID runs: some seeds reach it
+EXPERIMENTS_BY_NAME = {experiment.name: experiment for experiment in EXPERIMENTS}
 
 
 def _bad_flag(experiment, argv, capsys, tmp_path) -> str:
@@ -231,9 +232,10 @@ def mnist_dir(tmp_path_factory):
     return directory
 
 
-def _run(experiment, argv, out):
-    """Run through the command line, then read back what it wrote."""
-    assert cli.main(experiment, [*TINY[experiment], *argv, "--out", str(out)]) == 0
+def _run(name, out, **placeholders):
+    """Run ``name``'s golden flags through the command line, then read back what it wrote."""
+    argv = [*golden_argv(name, **placeholders), "--quiet", "--out", str(out)]
+    assert cli.main(EXPERIMENTS_BY_NAME[name], argv) == 0
     return {
         "out": out,
         "ds": load_dataset(out / "results.nc"),
@@ -242,27 +244,25 @@ def _run(experiment, argv, out):
     }
 
 
+# The runs are the golden runs (tests/golden.py): their summaries are also checked bit for bit.
 @pytest.fixture(scope="module")
 def rbcsf_run(tmp_path_factory):
-    """FlRbcsf: RBCS-F and FedCS over γ₁ ∈ {1, IID} on digits (2 policies × 2 scenarios)."""
-    out = tmp_path_factory.mktemp("fl_rbcsf") / "run"
-    argv = ["--policies", "rbcsf,fedcs", "--target-accuracy", str(RBCSF_TARGET)]
-    return _run(FlRbcsf, argv, out)
+    """FlRbcsf: RBCS-F and FedCS over γ₁ ∈ {1, IID} on digits (2 policies × 2 scenarios), with a
+    target accuracy between the two scenarios' accuracies."""
+    return _run("fl_rbcsf", tmp_path_factory.mktemp("fl_rbcsf") / "run")
 
 
 @pytest.fixture(scope="module")
 def cs_ucb_q_run(tmp_path_factory):
     """FlCsUcbQ: CS-UCB-Q on digits, with a target accuracy of 1 that is never reached."""
-    out = tmp_path_factory.mktemp("fl_cs_ucb_q") / "run"
-    return _run(FlCsUcbQ, ["--policies", "cs_ucb_q", "--target-accuracy", "1"], out)
+    return _run("fl_cs_ucb_q", tmp_path_factory.mktemp("fl_cs_ucb_q") / "run")
 
 
 @pytest.fixture(scope="module")
 def cocs_run(tmp_path_factory, mnist_dir):
     """FlCocs: COCS on the fake MNIST from --data-dir."""
     out = tmp_path_factory.mktemp("fl_cocs") / "run"
-    argv = ["--policies", "cocs", "--dataset", "mnist", "--data-dir", str(mnist_dir)]
-    return _run(FlCocs, argv, out)
+    return _run("fl_cocs", out, mnist_dir=str(mnist_dir))
 
 
 RUNS = {
@@ -275,6 +275,12 @@ RUNS = {
 @pytest.fixture(params=list(RUNS))
 def run(request):
     return request.param, request.getfixturevalue(request.param)
+
+
+def test_summary_reproduces_its_golden_run(run):
+    """The summary equals the one the code before the refactor wrote (tests/golden.py)."""
+    fixture, run = run
+    assert_golden_summary(RUNS[fixture][0], run["summary"])
 
 
 def test_outputs_summary_results_metadata_and_figures(run):

@@ -1,8 +1,9 @@
 """RBCS-F's V × β grid (``jfl.experiments.VBetaGrid``) through its command line ``jfl.cli.main``.
 
 Bad input is refused before anything compiles. One tiny grid runs end to end (a module-scoped
-fixture: its compiled programs and outputs are shared); the golden run in ``tests/test_golden.py``
-pins the numbers, these tests the files, figures and the reuse of an output directory.
+fixture: its compiled programs and outputs are shared); the golden run (``tests/golden.py``, the
+same grid with every policy) pins the numbers, the other tests the files, figures and the reuse
+of an output directory.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from jfl import cli
 from jfl.driver import EXECUTION_ONLY
 from jfl.experiments import VBetaGrid
 from jfl.results import load_dataset
+from tests.golden import check_golden
 
 PROG = "v_beta_grid.py"
 # 4 RBCS-F configurations in chunks of 3 (the second padded), Random and FedCS one each.
@@ -185,6 +187,12 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
     ):
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000, name
     assert len(list((out / "chunks" / "rbcsf").glob("*.npz"))) == 2
+
+
+def test_reproduces_its_golden_run(tmp_path):
+    """Every policy on the end-to-end grid reproduces the summary stored before the refactor
+    (tests/golden.py); RBCS-F, Random and FedCS reuse the programs compiled above."""
+    check_golden("v_beta_grid", tmp_path / "golden")
 
 
 def test_prints_what_ran_and_the_summary(grid_run):
