@@ -25,6 +25,22 @@ CACHE_SETTINGS = {
 
 _CACHE: Path | None = None
 
+# The longest test files (35-80 s each on 2 cores: notebook kernels, compiled runs), started
+# first so that the two workers end together; with ``--no-loadscope-reorder`` (pyproject.toml)
+# pytest-xdist hands out files in collection order, and would otherwise start files with many
+# short tests first and leave a notebook file for the end.
+LONGEST_FIRST = (
+    "tests/test_notebooks.py",
+    "tests/test_notebooks_later.py",
+    "tests/test_runner.py",
+    "tests/policies/test_cocs.py",
+    "tests/kernels/test_selection.py",
+    "tests/experiments/test_cocs.py",
+    "tests/experiments/test_cs_ucb.py",
+    "tests/experiments/test_fl.py",
+    "tests/fl/test_train.py",
+)
+
 
 def pytest_configure(config):
     global _CACHE
@@ -45,3 +61,12 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _CACHE is not None:
         shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+
+    def start(item) -> int:
+        return rank.get(item.nodeid.split("::", 1)[0], len(rank))
+
+    items.sort(key=start)  # stable: the other files keep their order
