@@ -33,7 +33,7 @@ class AssignmentResult(NamedTuple):
     certified: jax.Array  # bool[]: True only when ``mask`` is provably optimal
 
 
-def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
+def budgeted_assignment(weight, cost, available, budget, tiebreak=None) -> AssignmentResult:
     """Greedy solution of P2 (eq. 10): clients to edge servers under per-ES budgets.
 
     maximise ``Σ_{(n,m) chosen} weight[n, m]`` over assignments with every client on at most one
@@ -79,6 +79,9 @@ def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
       ``AssignmentResult(mask, certified)``: ``mask`` bool[N, M] with at most one ES per client.
     """
     weight = jnp.asarray(weight)
+    if tiebreak is not None:
+        # Interim: equal densities are ordered by ``tiebreak`` (then by pair index).
+        chex.assert_equal_shape([weight, tiebreak])
     chex.assert_rank([weight, cost, available, budget], [2, 1, 2, {0, 1}])
     chex.assert_equal_shape([weight, available])
     chex.assert_equal_shape_prefix([weight, cost], 1)
@@ -100,7 +103,10 @@ def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
     # is stable in p breaks ties by client, then by ES.
     density = jnp.minimum(weight / cost[:, None], jnp.finfo(dtype).max)
     key = jnp.where(eligible, -density, 1).reshape(-1)
-    if key.shape[0] <= SMALL_PAIRS_MAX:
+    if tiebreak is not None:
+        tb = jnp.asarray(tiebreak, dtype).reshape(-1)
+        _, _, order = lax.sort((key, tb, jnp.arange(key.shape[0])), num_keys=2, is_stable=True)
+    elif key.shape[0] <= SMALL_PAIRS_MAX:
         # materialised: the key's producer is evaluated once, not once per compared operand
         order = counting_order(materialise(key))
     else:
@@ -139,6 +145,14 @@ def budgeted_assignment(weight, cost, available, budget) -> AssignmentResult:
     chosen_weight = jnp.max(jnp.where(mask, weight, 0), axis=1)
     certified = jnp.all(chosen_weight == best_weight)
     return AssignmentResult(mask=mask, certified=certified)
+
+
+def cardinality_assignment(cost, available, budget, tiebreak=None) -> AssignmentResult:
+    """Max-cardinality assignment (eq. 14): weight 1 on every available pair (interim greedy)."""
+    available = jnp.asarray(available, bool)
+    return budgeted_assignment(
+        available.astype(jnp.result_type(cost, jnp.float32)), cost, available, budget, tiebreak
+    )
 
 
 def assignment_value(mask, weight) -> jax.Array:
