@@ -16,6 +16,10 @@ and the pair succeeds (X = 1) when it is in coverage and τ ≤ deadline. Given 
 g_UT, ``X = 1 ⟺ g_UT ≥ (2^{a/(b·slack)} − 1)/snr`` with ``slack = deadline − a/(b c_DT) − q/y``,
 so ``P(X = 1) = exp(−(2^{a/(b·slack)} − 1)/snr)`` for ``slack > 0`` and 0 otherwise.
 
+The context-aware probability of COCS §IV-A, ``p(φ) = E[X | φ]`` for the context φ = (download
+rate r = b·c_DT, y) (or (r, y, b, d)), is ``context_success_probability_numpy``: a likelihood-
+weighted mean of that probability over dense grids of the unobserved variables.
+
 Presets (Table I): MNIST b ~ U[0.3, 1] MHz, y ~ U[2, 4], a = 0.18 Mbit, q = 2.41, deadline 3 s,
 budget 3.5; CIFAR-10 b ~ U[2, 4], y ~ U[8, 15], a = 18.7, q = 28.3, deadline 20 s, budget 40.
 Both: N = 50, M = 3, prices U[0.5, 2], d ~ U[0.05, 2] km, shadowing 8 dB.
@@ -186,3 +190,85 @@ def round_feedback_numpy(action, times, coverage, deadline):
         "utility": success.sum() / num_servers,
         "num_success": int(success.sum()),
     }
+
+
+def _log_gain_density_numpy(gain_db, distance_range, shadowing_std_db, path_loss):
+    """ln of the density of the pair's gain ``G = S − PL(d)`` (dB), d ~ U[d_lo, d_hi] km,
+    S ~ N(0, σ²): the trapezoid rule over ln d (4001 points) of ``φ_σ(G + PL(d)) / (d_hi − d_lo)``
+    (the Jacobian ``dd = d · d ln d`` included)."""
+    d_lo, d_hi = distance_range
+    log_d = np.linspace(np.log(d_lo), np.log(d_hi), 4001)
+    d = np.exp(log_d)
+    pl = path_loss[0] + path_loss[1] * np.log10(d)
+    z = (np.asarray(gain_db, float)[:, None] + pl[None, :]) / shadowing_std_db
+    density = np.exp(-0.5 * z**2) / (shadowing_std_db * np.sqrt(2 * np.pi)) * d / (d_hi - d_lo)
+    with np.errstate(divide="ignore"):
+        return np.log(np.trapezoid(density, log_d, axis=1))
+
+
+def context_success_probability_numpy(
+    rate,
+    computation,
+    model_size,
+    workload,
+    deadline,
+    *,
+    bandwidth_range,
+    distance_range,
+    shadowing_std_db,
+    bandwidth=None,
+    distance=None,
+    tx_power_dbm=23.0,
+    noise_psd_dbm_hz=-174.0,
+    path_loss_intercept=128.1,
+    path_loss_slope=37.6,
+):
+    """``p(φ) = E[X | φ]`` (COCS §IV-A) of each context, by quadrature on dense grids.
+
+    ``rate`` (download rate b·c_DT, Mbit/s) and ``computation`` (y) are 1-D arrays of contexts.
+    Without ``bandwidth`` and ``distance`` (context dimension 2) the bandwidth b ~ U[b_lo, b_hi],
+    the distance d and the shadowing S are unobserved; with them (dimension 4) only S is.
+
+    Given b and the unit-fading SNR ``snr`` (a function of b, d, S), the download fading is
+    ``g_DT = (2^{r/b} − 1)/snr`` with Exp(1) density, so the likelihood of r is
+    ``exp(−g_DT) · (ln 2 / b) · 2^{r/b} / snr``; the uplink succeeds with probability
+    ``exp(−(2^{a/(b·s)} − 1)/snr)`` for the slack ``s = deadline − a/r − q/y > 0`` (0 otherwise).
+    p is the likelihood-weighted mean of that probability over the prior of the unobserved
+    variables: on a 301-point bandwidth grid × a 0.1 dB grid of the gain ``G = S − PL(d)`` (its
+    density from ``_log_gain_density_numpy``) for dimension 2, on a 0.02σ grid of S for 4.
+    """
+    rate = np.asarray(rate, float)
+    computation = np.asarray(computation, float)
+    slack = deadline - model_size / rate - workload / computation
+    out = np.zeros(rate.shape)
+    channel_db = tx_power_dbm - noise_psd_dbm_hz - 60.0  # snr = 10^((channel_db + G)/10) / b
+    if bandwidth is None:
+        b_lo, b_hi = bandwidth_range
+        b = np.linspace(b_lo, b_hi, 301)[:, None]
+        log_trapezoid = np.log(np.r_[0.5, np.ones(299), 0.5])[:, None]  # weights over b
+        pl_lo = path_loss_intercept + path_loss_slope * np.log10(distance_range[0])
+        pl_hi = path_loss_intercept + path_loss_slope * np.log10(distance_range[1])
+        spread = 8.0 * shadowing_std_db
+        gain = np.arange(-max(pl_lo, pl_hi) - spread, -min(pl_lo, pl_hi) + spread, 0.1)
+        log_prior = (
+            _log_gain_density_numpy(
+                gain, distance_range, shadowing_std_db, (path_loss_intercept, path_loss_slope)
+            )[None, :]
+            + log_trapezoid
+        )
+        inverse_snr = b * 10.0 ** (-(channel_db + gain[None, :]) / 10)
+    for k in np.flatnonzero(slack > 0):
+        if bandwidth is not None:
+            b = np.asarray(bandwidth, float)[k]
+            pl = path_loss_intercept + path_loss_slope * np.log10(distance[k])
+            s = np.linspace(-8.0, 8.0, 801) * shadowing_std_db
+            log_prior = -0.5 * (s / shadowing_std_db) ** 2
+            inverse_snr = b * 10.0 ** (-(channel_db + s - pl) / 10)
+        with np.errstate(over="ignore"):
+            g_down = np.expm1(rate[k] * np.log(2) / b) * inverse_snr
+            need = np.expm1(model_size / (b * slack[k]) * np.log(2)) * inverse_snr
+        # ln of prior × likelihood (the constant ln ln 2 dropped)
+        log_weight = log_prior - g_down + rate[k] * np.log(2) / b - np.log(b) + np.log(inverse_snr)
+        weight = np.exp(log_weight - log_weight.max())
+        out[k] = np.sum(weight * np.exp(-need)) / np.sum(weight)
+    return out

@@ -13,20 +13,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from jfl.envs.hfl import (
     PRESETS,
     HflEnv,
+    HflParams,
     HflState,
     download_rate,
     make_params,
     pair_times,
     preset_params,
+    success_now,
     success_probability,
+    success_probability_context,
 )
 from jfl.reference.numpy_hfl import (
     PAPER_PRESETS,
     HflDraws,
+    context_success_probability_numpy,
     download_rate_numpy,
     hfl_numpy_draws,
     pair_times_numpy,
@@ -50,6 +55,8 @@ PAIR_TIMES = jax.jit(pair_times)
 SUCCESS_PROBABILITY = jax.jit(success_probability)
 OBSERVATION = jax.jit(ENV.observation)
 DOWNLOAD_RATE = jax.jit(download_rate)
+SUCCESS_NOW = jax.jit(success_now)
+CONTEXT_PROBABILITY = jax.jit(success_probability_context)
 PAIR_FIELDS = ("distance", "shadowing_db", "fading_down", "fading_up", "bandwidth", "computation")
 # Relative error of a float32 τ: the SNR exponent sums four dB terms of magnitude < 256, each
 # float32 operation off by at most 2^-24·256 = 1.5e-5 dB, so ≤ 8e-5 dB with the log10; that is
@@ -512,6 +519,8 @@ def test_step_feedback_matches_reference():
         "cost",
         "budget",
         "success_prob",
+        "success_now",
+        "success_prob_context",
     }
 
 
@@ -534,13 +543,16 @@ def per_config(budget, deadline):
     obs, state = ENV.reset(jax.random.key(82), params)
     action = jnp.zeros((50, 3), bool).at[:, 0].set(True)
     _, _, fb = ENV.step(jax.random.key(83), state, action, params)
-    return obs.budget, obs.success_prob, fb.num_success
+    now = jnp.sum(action & obs.success_now, dtype=jnp.int32)
+    return obs.budget, obs.success_prob, fb.num_success, obs.success_prob_context, now
 
 
 def test_jit_vmap_over_seeds_and_traced_hyperparameters():
     """reset/step vmapped over seeds equal the unbatched calls; budget and deadline can be traced
-    per configuration (params.replace inside vmap): the observed budget follows, and a longer
-    deadline never lowers the oracle probability or the successes."""
+    per configuration (params.replace inside vmap): the observed budget follows, a longer
+    deadline never lowers the oracle probabilities (success_prob, p(φ)) or the successes, the
+    step's successes are those success_now announced, and p(φ) with a traced deadline equals
+    p(φ) with that deadline given as a number."""
     params = make_params()
     keys = jax.random.split(jax.random.key(80), BATCH)
     step_keys = jax.random.split(jax.random.key(81), BATCH)
@@ -559,7 +571,217 @@ def test_jit_vmap_over_seeds_and_traced_hyperparameters():
             )
     budgets = jnp.array([2.0, 3.5, 5.0, 10.0])
     deadlines = jnp.array([1.0, 2.0, 3.0, 8.0])
-    budget, prob, num_success = (np.asarray(x) for x in per_config(budgets, deadlines))
+    budget, prob, num_success, prob_context, now = (
+        np.asarray(x) for x in per_config(budgets, deadlines)
+    )
     np.testing.assert_array_equal(budget, np.broadcast_to(np.asarray(budgets)[:, None], (4, 3)))
     assert np.all(np.diff(prob, axis=0) >= 0) and np.all(np.diff(num_success) >= 0)
     assert prob[0].mean() < prob[-1].mean()
+    assert np.all(np.diff(prob_context, axis=0) >= 0)
+    assert prob_context[0].mean() < prob_context[-1].mean()
+    np.testing.assert_array_equal(now, num_success)
+    for i in (0, 3):  # the traced deadline gives what a concrete one gives, to float32 rounding
+        params = make_params(deadline=float(deadlines[i]))
+        obs, _ = RESET(jax.random.key(82), params)
+        np.testing.assert_allclose(obs.success_prob_context, prob_context[i], atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# the oracles' information: this round's X (success_now) and p(φ) = E[X | φ]
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", ["mnist", "cifar"])
+def test_success_now_is_the_steps_success(preset):
+    """obs.success_now is this round's X of every pair: the success the step reports for every
+    selected pair (bit for bit, pairs at the deadline included), False out of coverage, the
+    reference X away from the deadline; the next observation's is that of the next state."""
+    params = preset_params(preset, p_cover=0.7)
+    rng = np.random.default_rng(90)
+    obs, states = RESET_MANY(jax.random.split(jax.random.key(91), BATCH), params)
+    now = np.asarray(obs.success_now)
+    coverage = np.asarray(states.coverage)
+    actions = random_assignments(rng, coverage, p_select=1.0)
+    next_obs, next_states, fb = STEP_MANY(
+        jax.random.split(jax.random.key(92), BATCH), states, actions, params
+    )
+    np.testing.assert_array_equal(np.asarray(fb.success), actions & now)
+    assert not now[~coverage].any()
+    draws = HflDraws(coverage, *(np.asarray(getattr(states, f), float) for f in PAIR_FIELDS))
+    tau = pair_times_numpy(*draws[1:], params.model_size, params.workload, **channel(params))
+    clear = np.abs(tau - params.deadline) > F32_TIME_RTOL * params.deadline
+    np.testing.assert_array_equal(now[clear], success_numpy(draws, **physics(params))[clear])
+    assert 0.1 < now[coverage].mean() < 0.9
+    np.testing.assert_array_equal(
+        np.asarray(next_obs.success_now),
+        np.asarray(jax.vmap(SUCCESS_NOW, in_axes=(0, None))(next_states, params)),
+    )
+
+
+def reference_keywords(params):
+    """``context_success_probability_numpy`` keywords for ``params`` (the context excluded)."""
+    return {
+        "model_size": params.model_size,
+        "workload": params.workload,
+        "deadline": params.deadline,
+        "bandwidth_range": (params.bandwidth_low, params.bandwidth_high),
+        "distance_range": (params.distance_low, params.distance_high),
+        "shadowing_std_db": params.shadowing_std_db,
+        **channel(params),
+    }
+
+
+def context_sample(preset, context_dim, num_contexts, seed, deadline=None):
+    """``num_contexts`` contexts of pairs of 1000 env states (the preset's, with ``deadline``
+    replacing its deadline: a traced argument) with a positive slack, more than half of them with
+    p(φ) in (0.02, 0.98): the float64 inputs of the reference, p(φ) of the observation (float32)
+    and the parameters."""
+    _, state = RESET_MANY(jax.random.split(jax.random.key(seed), BATCH), preset_params(preset))
+    params = preset_params(preset, context_dim=context_dim)
+    if deadline is not None:
+        params = params.replace(deadline=deadline)
+    obs = jax.vmap(OBSERVATION, in_axes=(0, None))(state, params)
+    p = np.asarray(obs.success_prob_context, float).ravel()
+    rate = DOWNLOAD_RATE(
+        state.distance, state.shadowing_db, state.fading_down, state.bandwidth, params
+    )
+
+    def per_pair(x):
+        return np.broadcast_to(np.asarray(x, float)[..., None], rate.shape).ravel()
+
+    context = {
+        "rate": np.asarray(rate, float).ravel(),
+        "computation": per_pair(state.computation),
+        "bandwidth": per_pair(state.bandwidth),
+        "distance": np.asarray(state.distance, float).ravel(),
+    }
+    middle = np.flatnonzero((p > 0.02) & (p < 0.98))[: (num_contexts + 1) // 2]
+    rest = np.setdiff1d(np.flatnonzero(p > 0), middle)[: num_contexts - len(middle)]
+    chosen = np.concatenate([middle, rest])
+    assert len(chosen) == num_contexts
+    return {k: v[chosen] for k, v in context.items()}, p[chosen], params
+
+
+# Largest |JAX − reference| of p(φ) seen on the slow test's 3666 contexts per preset and D:
+# 6.4e-4 (D = 2: mostly the bilinear interpolation of the 256² logit table) and 2.1e-5 (D = 4).
+CONTEXT_TOLERANCE = {2: 1.5e-3, 4: 1e-4}
+
+
+def check_context_probability(preset, context_dim, num_contexts, seed, deadline=None):
+    """p(φ) of ``context_sample``'s contexts against the reference, within CONTEXT_TOLERANCE."""
+    context, got, params = context_sample(preset, context_dim, num_contexts, seed, deadline)
+    kwargs = reference_keywords(params)
+    if context_dim == 2:
+        context = {k: context[k] for k in ("rate", "computation")}
+    want = context_success_probability_numpy(**context, **kwargs)
+    error = np.abs(got - want)
+    assert error.max() <= CONTEXT_TOLERANCE[context_dim], (error.max(), error.argmax())
+
+
+@pytest.mark.parametrize(
+    ("preset", "context_dim", "deadline"),
+    [("mnist", 2, None), ("cifar", 2, None), ("mnist", 4, None), ("cifar", 4, 12.0)],
+)
+def test_context_probability_matches_reference(preset, context_dim, deadline):
+    """p(φ) of the environment (the tabulated posterior mean) equals the reference's dense
+    quadrature of E[X | φ] on contexts of env states: with D = 2 a function of the rate and y
+    only, with D = 4 of the bandwidth and distance too; the deadline may be a traced argument
+    (the table does not depend on it)."""
+    check_context_probability(preset, context_dim, 40 if context_dim == 2 else 300, 93, deadline)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["mnist", "cifar"])
+@pytest.mark.parametrize("context_dim", [2, 4])
+def test_context_probability_matches_reference_many(preset, context_dim):
+    """As above on 2000, 1000 and 666 contexts: at the preset's deadline, half of it and twice
+    it."""
+    deadline = PRESETS[preset]["deadline"]
+    for i, scale in enumerate((1.0, 0.5, 2.0)):
+        check_context_probability(preset, context_dim, 2000 // (1 + i), 94 + i, scale * deadline)
+
+
+@pytest.mark.parametrize("preset", ["mnist", "cifar"])
+def test_context_probability_matches_monte_carlo(preset):
+    """Over 4000 env rounds (600000 pairs) binned by the download rate (8 quantile bins) and y
+    (3 bins), the success rate of each bin equals the mean p(φ) of the bin within 5 standard
+    errors (sqrt(Σ p(1 − p)) / n) plus one count, and the 24 bins' squared z-scores sum to less
+    than the chi-square 1e-6 quantile; the same for D = 4. p(φ) has a larger Brier score than
+    the state-aware success_prob, which conditions on more, and E[X − p(φ)] = 0 overall."""
+    params = preset_params(preset)
+    params4 = preset_params(preset, context_dim=4)
+    x, p, p4, p_state, rate, y = [], [], [], [], [], []
+    for seed in range(4):
+        obs, state = RESET_MANY(jax.random.split(jax.random.key(100 + seed), BATCH), params)
+        obs4 = jax.vmap(OBSERVATION, in_axes=(0, None))(state, params4)
+        x.append(np.asarray(obs.success_now).ravel())
+        p.append(np.asarray(obs.success_prob_context, float).ravel())
+        p4.append(np.asarray(obs4.success_prob_context, float).ravel())
+        p_state.append(np.asarray(obs.success_prob, float).ravel())
+        r = DOWNLOAD_RATE(
+            state.distance, state.shadowing_db, state.fading_down, state.bandwidth, params
+        )
+        rate.append(np.asarray(r, float).ravel())
+        y.append(np.repeat(np.asarray(state.computation, float).ravel(), params.num_servers))
+    x, p, p4, p_state, rate, y = map(np.concatenate, (x, p, p4, p_state, rate, y))
+    r_bin = np.digitize(rate, np.quantile(rate, np.linspace(0, 1, 9)[1:-1]))
+    y_bin = np.digitize(y, np.linspace(params.computation_low, params.computation_high, 4)[1:-1])
+    cell = r_bin * 3 + y_bin
+    for prob in (p, p4):
+        n = np.bincount(cell, minlength=24)
+        freq = np.bincount(cell, x, 24) / n
+        mean = np.bincount(cell, prob, 24) / n
+        se = np.sqrt(np.bincount(cell, prob * (1 - prob), 24)) / n
+        assert np.all(np.abs(freq - mean) <= 5 * se + 1 / n), np.max(np.abs(freq - mean) / se)
+        z2 = np.sum(((freq - mean) / np.maximum(se, 1e-12))[se > 0] ** 2)
+        assert z2 < scipy.stats.chi2.ppf(1 - 1e-6, 24), z2
+        resid = x - prob
+        assert abs(resid.mean()) <= 5 * resid.std() / math.sqrt(len(x))
+    brier = [np.mean((x - q) ** 2) for q in (p, p4, p_state)]
+    assert brier[0] > brier[1] > brier[2], brier
+    assert np.mean((p > 0.05) & (p < 0.95)) > 0.2  # not only 0s and 1s
+
+
+@pytest.mark.parametrize("context_dim", [2, 4])
+def test_context_probability_monotone(context_dim):
+    """p(φ) increases with the download rate and with y, stays in [0, 1], is 0 when the slack is
+    not positive (0.18/rate + 2.41/y ≥ 3 s), positive with 0.1 s of slack or more, and tends
+    to 1 for fast, strong pairs."""
+    params = make_params(context_dim=context_dim)
+    rate = np.geomspace(0.05, 30.0, 400, dtype=np.float32)
+    y = np.linspace(2.0, 4.0, 9, dtype=np.float32)
+    ones = np.ones((len(y), len(rate)), np.float32)
+    p = np.asarray(
+        CONTEXT_PROBABILITY(
+            rate[None, :] * ones, y, 0.6 * ones[:, 0], np.full_like(ones, 0.5), params
+        ),
+        float,
+    )  # [y, rate]
+    assert np.all((p >= 0) & (p <= 1))
+    assert np.all(np.diff(p, axis=1) >= -1e-6) and np.all(np.diff(p, axis=0) >= -1e-6)
+    slack = params.deadline - params.model_size / rate[None, :] - params.workload / y[:, None]
+    np.testing.assert_array_equal(p[slack <= 0], 0.0)
+    assert np.all(p[slack > 0.1] > 0) and p[-1, -1] > 0.99
+    assert np.mean((p > 0.05) & (p < 0.95)) > 0.1
+
+
+def test_context_table_is_built_once_and_follows_context_dim():
+    """make_params builds the table once per channel setting (cached, compared by value): the
+    deadline, budget, model size, workload and p_cover leave it unchanged; the bandwidth range
+    changes it; parameters without a table, or with one of another context dimension, are
+    refused with a clear error when p(φ) is computed."""
+    base = make_params()
+    same = make_params(
+        deadline=5.0, budget=(1.0, 2.0, 3.0), model_size=1.0, workload=3.0, p_cover=0.5
+    )
+    assert same.context_table == base.context_table
+    assert same.context_table.values is base.context_table.values
+    assert make_params() == base and make_params(budget=4.0) != base
+    assert make_params(bandwidth_range=(0.3, 2.0)).context_table != base.context_table
+    four = make_params(context_dim=4).context_table
+    assert four.context_dim == 4 and four.values.ndim == 1 and base.context_table.values.ndim == 2
+    _, state = RESET(jax.random.key(110), base)
+    with pytest.raises(ValueError, match="context_table is for context_dim=2"):
+        ENV.observation(state, base.replace(context_dim=4))
+    with pytest.raises(ValueError, match="context_table is missing"):
+        ENV.observation(state, HflParams())
