@@ -5,7 +5,9 @@ rounds, every policy of the selection experiments); ``tests/golden/<name>/summar
 that run wrote with the code before the experiments moved into ``jfl/experiments`` (commit
 b560b20, ``python sweeps/<name>.py <flags> --quiet --no-plots --out …``). A change that moves
 code around must leave every value unchanged; a change that means to change results (a fidelity
-fix) regenerates the files it changes and says so.
+fix) regenerates the files it changes and says so. Regenerated so far: ``cocs_hfl`` and
+``fl_cocs`` when the COCS family took the paper's baselines and its selections a random
+tie-break (issue 12).
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

@@ -1,9 +1,10 @@
 """COCS (Qu et al. §VI) on the hierarchical ``hfl`` environment: clients → edge servers → cloud.
 
-``CocsHfl`` runs COCS against Oracle, LinUCB, CUCB and Random under per-edge-server budgets
-(Figs. 3–4); budgets and deadlines are traced environment parameters and COCS's h_T and z traced
-hyperparameters, so each grid is one compiled program per policy. Regret is measured against
-the Oracle run on the same seeds (common random numbers).
+``CocsHfl`` runs COCS against the paper's benchmarks (§VI-B: Oracle, CUCB, LinUCB, Random)
+under per-edge-server budgets (Figs. 3–4); budgets and deadlines are traced environment
+parameters and COCS's h_T and z traced hyperparameters, so each grid is one compiled program per
+policy. Regret is measured against an oracle (§VI-B's ``oracle`` unless ``--regret-against``
+names another) run on the same seeds (common random numbers).
 """
 
 from __future__ import annotations
@@ -20,19 +21,23 @@ from jfl.driver import Plan, Sweep
 from jfl.experiments.common import check_hparams, check_policies
 
 
-def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset:
-    """Add ``oracle_utility`` [config, seed, round]: the Oracle's utility in the same scenario.
+def attach_oracle(
+    ds: xr.Dataset, scenario=("budget", "deadline"), reference: str = "oracle"
+) -> xr.Dataset:
+    """Add ``oracle_utility`` [config, seed, round]: the ``reference`` policy's utility in the
+    same scenario.
 
-    Each configuration is paired with the ``oracle`` configuration that has the same values of
-    the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
-    metrics subtract from (COCS §VI). Unchanged if no configuration runs the Oracle.
+    Each configuration is paired with the ``reference`` configuration that has the same values
+    of the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
+    metrics subtract from (COCS eq. 11). The dataset's ``regret_against`` attribute names the
+    reference. Unchanged if no configuration runs it.
     """
     policy = ds["policy"].to_numpy()
-    if "oracle" not in policy:
+    if reference not in policy:
         return ds
     names = [name for name in scenario if name in ds.coords]
     values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
-    oracle_rows = np.flatnonzero(policy == "oracle")
+    oracle_rows = np.flatnonzero(policy == reference)
     match = []
     for config in range(ds.sizes["config"]):
         if values is None:
@@ -40,10 +45,11 @@ def attach_oracle(ds: xr.Dataset, scenario=("budget", "deadline")) -> xr.Dataset
             continue
         same = (values[oracle_rows] == values[config]).all(axis=1)
         if not same.any():
-            raise ValueError(f"no oracle configuration shares the scenario of config {config}")
+            raise ValueError(f"no {reference} configuration shares the scenario of config {config}")
         match.append(oracle_rows[np.flatnonzero(same)[0]])
     oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
-    return ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
+    ds = ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
+    return ds.assign_attrs(regret_against=reference)
 
 
 def utility_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
@@ -67,7 +73,8 @@ class HflScenario(Sweep):
     """The ``hfl`` environment with Table I's presets, budgets and deadlines."""
 
     policies: Names = ("cocs", "oracle", "linucb", "cucb", "random_budget")
-    """policies: cocs, oracle, linucb, cucb, random_budget"""
+    """policies: the paper's cocs, oracle (§VI-B), cucb, linucb, random_budget; also oracle_context
+    (§IV-A), oracle_state, cucb_pairs, linucb_pairs and the diagnostic cocs_lookahead"""
     budget: Floats = ()
     """budget B per edge server > 0 (default: the preset's)"""
     deadline: Floats = ()
@@ -117,14 +124,16 @@ class CocsHfl(HflScenario):
     """COCS against Oracle, LinUCB, CUCB and Random on hierarchical FL (Qu et al. §VI, Figs. 3–4).
 
     N = 50 clients, M = 3 edge servers, Table I's settings as presets (``mnist``: strongly
-    convex utility, eq. 8; ``cifar``: the non-convex utility sqrt, eq. 19). The Oracle must be
-    among the policies for regret figures.
+    convex utility, eq. 8; ``cifar``: the non-convex utility sqrt, eq. 19). The oracle that
+    ``--regret-against`` names (§VI-B's ``oracle`` by default) must be among the policies for
+    the regret metrics and figures.
 
         python sweeps/cocs_hfl.py                                   # Fig. 3 (MNIST), 1000 rounds
         python sweeps/cocs_hfl.py --preset cifar --out runs/cocs_cifar
         python sweeps/cocs_hfl.py --budget 3.5,5,10 --out runs/cocs_budget    # Fig. 4d
         python sweeps/cocs_hfl.py --deadline 2,3,4,5 --out runs/cocs_deadline # Fig. 4f
         python sweeps/cocs_hfl.py --policies cocs,oracle --h-T 1:10:10 --z 0.1:1:10 --seeds 128
+        python sweeps/cocs_hfl.py --policies oracle,oracle_context,cocs,cocs_lookahead,linucb
     """
 
     h_T: Floats = (5.0,)
@@ -133,6 +142,8 @@ class CocsHfl(HflScenario):
     """COCS exploration exponent z in (0, 1]"""
     p_cover: float = 1.0
     """coverage probability in [0, 1]"""
+    regret_against: Literal["oracle", "oracle_context", "oracle_state"] = "oracle"
+    """the oracle regret is measured against (regret needs it among --policies)"""
     seeds: int = 32
     rounds: int = 1000
     out: str = "runs/cocs_hfl"
@@ -163,7 +174,7 @@ class CocsHfl(HflScenario):
         env, params = self.environment_params(p_cover=self.p_cover)
 
         def finish(ds):
-            return attach_oracle(ds.drop_vars("queue_rate"))
+            return attach_oracle(ds.drop_vars("queue_rate"), reference=self.regret_against)
 
         return Plan(
             env,
@@ -211,7 +222,9 @@ class CocsHfl(HflScenario):
             plots.plot_over_rounds(
                 curves, "regret", "regret vs Oracle", folder / "regret.png",
                 "Cumulative regret against the Oracle (Qu Fig. 3b)", cumulative=True,
-                configs=[c for c in shown if ds["policy"].to_numpy()[c] != "oracle"],
+                configs=[
+                    c for c in shown if ds["policy"].to_numpy()[c] != ds.attrs["regret_against"]
+                ],
             )  # fmt: skip
         for axis, figure in (("budget", "4d"), ("deadline", "4f")):
             if summary[axis].nunique() > 1:

@@ -102,11 +102,12 @@ def _pairwise_sum(x):
     return x[0]
 
 
-def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
+def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL, tiebreak=None):
     """The kernel's greedy for P2 as a plain loop: ``(mask, certified)``.
 
-    1. Covered pairs with weight > 0 in descending density weight/cost (ties: lower client, then
-       lower ES); take a pair if its client is free and ``cost ≤`` the ES's remaining capacity,
+    1. Covered pairs with weight > 0 in descending density weight/cost (ties: ascending
+       ``tiebreak`` f[N, M] when given, then lower client, then lower ES); take a pair if its
+       client is free and ``cost ≤`` the ES's remaining capacity,
        which starts at ``B_m·(1 + budget_rtol)``.
     2. For each ES in index order: if a free client it covers, with cost within its whole
        capacity, weighs more than all the ES took, the ES takes that client alone instead
@@ -135,7 +136,11 @@ def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
     clients, servers = np.nonzero(eligible)  # row-major: ascending pair index n·M + m
     with np.errstate(divide="ignore", invalid="ignore"):
         density = (weight[clients, servers] / cost[clients]).astype(dtype)
-    order = np.argsort(-np.minimum(density, np.finfo(dtype).max), kind="stable")
+    key = -np.minimum(density, np.finfo(dtype).max)
+    if tiebreak is None:
+        order = np.argsort(key, kind="stable")
+    else:  # lexsort: the last key is the primary one
+        order = np.lexsort((np.asarray(tiebreak, dtype)[clients, servers], key))
 
     # Scalars of ``dtype`` in the loop (Python floats are float64, the fast case).
     scalars = np.ndarray.tolist if dtype == np.float64 else list

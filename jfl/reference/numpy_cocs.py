@@ -1,7 +1,8 @@
-"""NumPy (float64) reference of COCS (Qu et al., Alg. 1) and its baselines CUCB and LinUCB.
+"""NumPy (float64) reference of COCS (Qu et al., Alg. 1) and its per-pair CUCB and LinUCB.
 
 Written from the paper and SPEC §2.3/§3, independently of the JAX code, plainly rather than fast:
-the ground truth of ``tests/policies/test_cocs.py`` and the plain per-seed loop that a benchmark
+the ground truth of ``tests/policies/test_cocs.py`` (the paper's own baselines are in
+``jfl.reference.numpy_cocs_baselines``) and the plain per-seed loop that a benchmark
 times against ``jfl``.
 
 All three policies assign clients to edge servers (ES) by the same greedy for problem P2 (eq. 10),
@@ -21,9 +22,10 @@ counter t of the paper is 1-based.
      with no under-explored pair at all this is the exploitation step, eq. (18).
 
   C and p̂ of the cube of every selected pair are updated with its outcome X (Alg. 1, 16–20).
-* ``cucb_numpy``: per-pair UCB on success, ``min(mean + sqrt(1.5 ln t / count), 1)``, 1 for a
-  pair never played (no context).
-* ``linucb_numpy``: per-pair ridge regression of X on the features x = [1, context]:
+* ``cucb_numpy`` (``cucb_pairs``): per-pair UCB on success,
+  ``min(mean + sqrt(1.5 ln t / count), 1)``, 1 for a pair never played (no context).
+* ``linucb_numpy`` (``linucb_pairs``): per-pair ridge regression of X on the features
+  x = [1, context]:
   ``H = λI + Σ x xᵀ`` and ``b = Σ X x`` over the rounds the pair was selected,
   ``θ̂ = H⁻¹b`` and the weight ``clip(x·θ̂ + α sqrt(xᵀH⁻¹x), 0, 1)`` (``np.linalg.solve``).
 
@@ -86,16 +88,23 @@ def _spent(mask, cost) -> np.ndarray:
     return np.array([math.fsum(cost[mask[:, m]].tolist()) for m in range(mask.shape[1])])
 
 
-def _greedy_mask(weight, cost, available, budget):
-    return greedy_numpy(weight, cost, available, budget)[0]
+def _greedy_mask(weight, cost, available, budget, tiebreak=None):
+    return greedy_numpy(weight, cost, available, budget, tiebreak=tiebreak)[0]
 
 
-def cocs_select_numpy(count, estimate, available, cost, budget, threshold, *, solver=None):
+def _round(tiebreak, row):
+    return None if tiebreak is None else np.asarray(tiebreak[row])
+
+
+def cocs_select_numpy(
+    count, estimate, available, cost, budget, threshold, *, solver=None, tiebreak=None
+):
     """One COCS selection from the counters and estimates of each pair's current cube.
 
     Args: ``count``, ``estimate`` f[N, M] (C and p̂ at the pair's cube), ``available`` bool[N, M],
     ``cost`` f[N], ``budget`` f[M], ``threshold`` K(t); ``solver(weight, cost, available,
-    budget) -> mask`` (default ``greedy_numpy``).
+    budget, tiebreak) -> mask`` (default ``greedy_numpy``) and its ``tiebreak`` f[N, M] (the
+    policy's draw of the round; None: ties by index).
 
     Returns ``(mask, under_explored, spent)``: the selection bool[N, M], the under-explored pairs
     and the budget each ES spent on exploration.
@@ -105,7 +114,7 @@ def cocs_select_numpy(count, estimate, available, cost, budget, threshold, *, so
     available = np.asarray(available, bool)
     solver = _greedy_mask if solver is None else solver
     under = available & (np.asarray(count) <= threshold)
-    explore = solver(under.astype(np.float64), cost, under, budget)
+    explore = solver(under.astype(np.float64), cost, under, budget, tiebreak)
     spent = _spent(explore, cost)
     explored_clients = ~under.any(axis=1)
     exploit = solver(
@@ -113,6 +122,7 @@ def cocs_select_numpy(count, estimate, available, cost, budget, threshold, *, so
         cost,
         available & explored_clients[:, None],
         budget - spent,
+        tiebreak,
     )
     return explore | exploit, under, spent
 
@@ -143,6 +153,7 @@ def cocs_numpy(
     max_cubes_per_dim: int = 10,
     *,
     played=None,
+    tiebreak=None,
     return_trace: bool = False,
 ):
     """COCS (Alg. 1) on given per-round inputs; see the module docstring.
@@ -153,6 +164,7 @@ def cocs_numpy(
       h_T: hypercubes per dimension (integer ≤ ``max_cubes_per_dim``). z: K(t) = t^z ln t.
       max_cubes_per_dim: sizes the counters, L = max_cubes_per_dim^D (cube indices use h_T).
       played: optional teacher-forced selections bool[T, N, M] for the updates.
+      tiebreak: optional f[T, N, M], the solver's tie-break of each round.
 
     Returns:
       ``(selected, count, estimate)``: selections bool[T, N, M]; after the last round, the
@@ -192,7 +204,13 @@ def cocs_numpy(
         p_here = np.where(c_here > 0, w_here / np.maximum(c_here, 1), 0.0)
         threshold = exploration_threshold_numpy(t, z)
         mask, under, spent = cocs_select_numpy(
-            c_here, p_here, available[row], cost[row], budget[row], threshold
+            c_here,
+            p_here,
+            available[row],
+            cost[row],
+            budget[row],
+            threshold,
+            tiebreak=_round(tiebreak, row),
         )
         selected[row] = mask
         if return_trace:
@@ -212,9 +230,18 @@ def cocs_numpy(
 
 
 def cucb_numpy(
-    contexts, available, cost, budget, success, *, played=None, return_trace: bool = False
+    contexts,
+    available,
+    cost,
+    budget,
+    success,
+    *,
+    played=None,
+    tiebreak=None,
+    return_trace: bool = False,
 ):
-    """CUCB: per-pair index min(mean + sqrt(1.5 ln t / count), 1), 1 if never played.
+    """Per-pair CUCB (``cucb_pairs``): index min(mean + sqrt(1.5 ln t / count), 1), 1 if never
+    played.
 
     ``contexts`` is accepted for a uniform signature and ignored. Returns the selections
     bool[T, N, M] (and with ``return_trace`` a dict with the per-round ``weight`` f[T, N, M] and
@@ -237,7 +264,9 @@ def cucb_numpy(
             wins[seen] / count[seen] + np.sqrt(1.5 * math.log(t) / count[seen]), 1.0
         )
         weights[row] = index
-        selected[row], _ = greedy_numpy(index, cost[row], available[row], budget[row])
+        selected[row] = _greedy_mask(
+            index, cost[row], available[row], budget[row], _round(tiebreak, row)
+        )
         b = _teacher(played, selected[row], row)
         count[b] += 1
         wins[b] += success[row][b]
@@ -271,9 +300,11 @@ def linucb_numpy(
     lam,
     *,
     played=None,
+    tiebreak=None,
     return_trace: bool = False,
 ):
-    """LinUCB: per-pair ridge regression of X on [1, context] with a UCB bonus.
+    """Per-pair LinUCB (``linucb_pairs``): a ridge regression of X on [1, context] per pair with
+    a UCB bonus.
 
     Returns the selections bool[T, N, M] (and with ``return_trace`` a dict with the per-round
     ``weight`` f[T, N, M] and the final ``gram`` f[N, M, D+1, D+1] and ``target`` f[N, M, D+1]).
@@ -291,7 +322,9 @@ def linucb_numpy(
     for row in range(num_rounds):
         x = features[row]
         weights[row] = linucb_weights_numpy(gram, target, x, float(alpha))
-        selected[row], _ = greedy_numpy(weights[row], cost[row], available[row], budget[row])
+        selected[row] = _greedy_mask(
+            weights[row], cost[row], available[row], budget[row], _round(tiebreak, row)
+        )
         b = _teacher(played, selected[row], row)
         gram[b] += x[b][:, :, None] * x[b][:, None, :]
         target[b] += success[row][b][:, None] * x[b]

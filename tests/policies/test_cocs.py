@@ -23,16 +23,16 @@ import numpy as np
 import pytest
 
 from jfl.envs import HflEnv
-from jfl.envs.hfl import Feedback, Observation, make_params
+from jfl.envs.hfl import Feedback, make_params
 from jfl.kernels import budgeted_assignment, ridge_estimate, ucb_bonus
 from jfl.policies import get
 from jfl.policies.cocs import (
     cocs,
-    cucb,
+    cucb_pairs,
     exploration_threshold,
     hypercube_index,
-    linucb,
-    oracle,
+    linucb_pairs,
+    oracle_state,
     random_budget,
 )
 from jfl.reference.milp_assignment import BUDGET_RTOL, _pairwise_sum, greedy_numpy
@@ -46,6 +46,7 @@ from jfl.reference.numpy_cocs import (
     linucb_numpy,
 )
 from jfl.runner import make_batched_run, make_run, seed_keys
+from tests.policies.cocs_inputs import observation
 
 NUM_ROUNDS = 100
 SHAPES = [(4, 1, 2), (7, 3, 2), (7, 2, 4)]  # (N clients, M edge servers, context dimension D)
@@ -106,17 +107,20 @@ def make_instances(rng, num_clients, num_servers, dim, num_rounds=NUM_ROUNDS):
     return {k: np.stack(v) for k, v in out.items()}
 
 
-POLICIES = ("cocs", "cucb", "linucb", "oracle", "random_budget")
+POLICIES = ("cocs", "cucb_pairs", "linucb_pairs", "oracle_state", "random_budget")
 
 
 def build(name, num_clients, num_servers, dim):
     if name == "cocs":
         return cocs(num_clients, num_servers, context_dim=dim, max_cubes_per_dim=MAX_CUBES)
-    if name == "linucb":
-        return linucb(num_clients, num_servers, context_dim=dim)
-    return {"cucb": cucb, "oracle": oracle, "random_budget": random_budget}[name](
-        num_clients, num_servers
-    )
+    if name == "linucb_pairs":
+        return linucb_pairs(num_clients, num_servers, context_dim=dim)
+    builders = {
+        "cucb_pairs": cucb_pairs,
+        "oracle_state": oracle_state,
+        "random_budget": random_budget,
+    }
+    return builders[name](num_clients, num_servers)
 
 
 def implied_weights(name, num_clients, num_servers, dim):
@@ -133,10 +137,10 @@ def implied_weights(name, num_clients, num_servers, dim):
             estimate = jnp.take_along_axis(state.estimate, cube, axis=-1)[..., 0]
             threshold = exploration_threshold(state.t + 1, hparams["z"])
             return estimate, obs.available & (count <= threshold)
-        if name == "cucb":
+        if name == "cucb_pairs":
             bonus = ucb_bonus(state.stats.count, state.t + 1, 1.5)
             return jnp.minimum(state.stats.mean + bonus, 1.0).reshape(shape), nobody
-        if name == "linucb":
+        if name == "linucb_pairs":
             ones = jnp.ones((*shape, 1), obs.context.dtype)
             features = jnp.concatenate([ones, obs.context], axis=-1).reshape(-1, dim + 1)
             estimate = ridge_estimate(state.ridge, features)
@@ -160,14 +164,9 @@ def rollout(name, num_clients, num_servers, dim):
 
         def body(state, xs):
             key_t, x = xs
-            obs = Observation(
-                available=x["available"],
-                context=x["context"],
-                cost=x["cost"],
-                budget=x["budget"],
-                success_prob=x["success_prob"],
-            )
+            obs = observation(x)
             action = policy.select(key_t, state, obs, hparams)
+            tiebreak = jax.random.uniform(key_t, obs.available.shape, obs.cost.dtype)
             feedback = Feedback(
                 success=action & x["success"],
                 time=zeros,
@@ -177,39 +176,40 @@ def rollout(name, num_clients, num_servers, dim):
             )
             weight, under = weights(state, obs, hparams)
             next_state = policy.update(state, obs, action, feedback, hparams)
-            return next_state, (action, weight, under)
+            return next_state, (action, weight, under, tiebreak)
 
         keys = jax.random.split(k_rounds, inputs["available"].shape[0])
-        final, (actions, weight, under) = jax.lax.scan(body, state0, (keys, inputs))
-        return actions, final, weight, under
+        final, (actions, weight, under, tiebreak) = jax.lax.scan(body, state0, (keys, inputs))
+        return actions, final, weight, under, tiebreak
 
     return one
 
 
-LEARNERS = ("cocs", "cucb", "linucb")  # compared with the NumPy loops
+LEARNERS = ("cocs", "cucb_pairs", "linucb_pairs")  # compared with the NumPy loops
 
 
 @functools.cache
 def rollout_fn(num_clients, num_servers, dim, policies):
     """One jit, per shape, of the runs of ``policies`` vmapped over instances (one compilation
-    per shape keeps the test fast); with the Oracle also the kernel's own assignment on
-    ``success_prob`` every round. ``hparams`` maps policy names to batched hyperparameters."""
+    per shape keeps the test fast); with ``oracle_state`` also the kernel's own assignment on
+    ``success_prob`` every round, with the policy's tie-break. ``hparams`` maps policy names to
+    batched hyperparameters."""
     runs = {name: jax.vmap(rollout(name, num_clients, num_servers, dim)) for name in policies}
     direct = jax.vmap(jax.vmap(lambda *a: budgeted_assignment(*a).mask))
 
     def all_policies(keys, inputs, hparams):
         out = {name: run(keys, inputs, hparams[name]) for name, run in runs.items()}
-        if "oracle" not in policies:
+        if "oracle_state" not in policies:
             return out, None
         fields = ("success_prob", "cost", "available", "budget")
-        return out, direct(*(inputs[f] for f in fields))
+        return out, direct(*(inputs[f] for f in fields), out["oracle_state"][4])
 
     return jax.jit(all_policies)
 
 
 def run_jfl(inputs, hparams, policies=LEARNERS, seed=0):
-    """``policies`` on ``inputs``: ``({name: (actions, final state, weights, under_explored)},
-    the kernel's masks on success_prob)``, with a leading instance axis."""
+    """``policies`` on ``inputs``: ``({name: (actions, final state, weights, under_explored,
+    tie-breaks)}, the kernel's masks on success_prob)``, with a leading instance axis."""
     keys = jax.random.split(jax.random.key(seed), inputs["available"].shape[0])
     hparams = {name: hparams.get(name, {}) for name in policies}
     out, direct = rollout_fn(*shape_of(inputs), policies)(
@@ -252,13 +252,13 @@ def check_feasible(actions, inputs):
 # --------------------------------------------------------------------------------------------
 
 
-def _before(d, p, q):
+def _before(d, tiebreak, p, q):
     """Pair p precedes pair q in the greedy's order (density descending, ties to the lower
-    row-major index)."""
-    return d[p] > d[q] or (d[p] == d[q] and p < q)
+    tie-break, then to the lower row-major index)."""
+    return (-d[p], tiebreak[p], p) < (-d[q], tiebreak[q], q)
 
 
-def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, scale=None):
+def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, tiebreak, scale=None):
     """Whether the reference's greedy problem has a near-tie that explains why jfl's solution
     ``ours`` differs from the reference's ``theirs``.
 
@@ -266,7 +266,8 @@ def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, scale=None):
     and ``budget`` the float32 values (in float64). Explanations: (a) two competing pairs (same
     client or same ES), one of them chosen by one solution only, whose float64 densities are
     within NEAR_TIE (relative) and which the two precisions order differently (an exact tie in
-    both is broken alike, by index); (b) a budget comparison of the reference's greedy within
+    both is broken alike, by ``tiebreak`` f[N, M], the round's draw, then by index);
+    (b) a budget comparison of the reference's greedy within
     BUDGET_NEAR_TIE of the budget (``scale``, default ``budget``); (c) a comparison of the
     modified-greedy fix (a free client against the ES's total, or two free clients for the
     argmax) within NEAR_TIE, decided differently in float32.
@@ -283,14 +284,15 @@ def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, scale=None):
     d64 = np.where(pos, w64 / cost[:, None], np.nan).reshape(-1)
     d32 = np.where(pos, np.float32(w32) / np.float32(cost)[:, None], np.nan).reshape(-1)
     flat = np.flatnonzero(pos)
+    tb = np.asarray(tiebreak).reshape(-1)
     for p, q in itertools.combinations(flat, 2):
         (n1, m1), (n2, m2) = np.unravel_index(p, shape), np.unravel_index(q, shape)
         if (n1 == n2 or m1 == m2) and (differ.flat[p] or differ.flat[q]):
             close = abs(d64[p] - d64[q]) <= NEAR_TIE * max(d64[p], d64[q])
-            if close and _before(d64, p, q) != _before(d32, p, q):
+            if close and _before(d64, tb, p, q) != _before(d32, tb, p, q):
                 return True
     # (b) the reference's walk
-    order = sorted(flat, key=lambda p: (-d64[p], p))
+    order = sorted(flat, key=lambda p: (-d64[p], tb[p], p))
     left = budget * (1 + BUDGET_RTOL)
     taken = np.zeros(shape, bool)
     for p in order:
@@ -324,13 +326,15 @@ def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, scale=None):
     return False
 
 
-def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget):
+def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget, tiebreak):
     """Round t of COCS: the stage where the selections first differ has a near-tie (the
     under-explored pairs are the same in both, see the test)."""
     under = trace["under_explored"][t]
     if np.any((ours ^ theirs) & under):  # exploration differs: weights 1 in both
         one = under.astype(float)
-        return greedy_near_tie(one, one, cost, under, budget, ours & under, theirs & under)
+        return greedy_near_tie(
+            one, one, cost, under, budget, ours & under, theirs & under, tiebreak
+        )
     explored = available & ~under.any(axis=1, keepdims=True)
     return greedy_near_tie(
         trace["estimate"][t],
@@ -340,6 +344,7 @@ def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget):
         budget - trace["spent"][t],
         ours & ~under,
         theirs & ~under,
+        tiebreak,
         scale=budget,
     )
 
@@ -364,7 +369,7 @@ def f32(x):
 
 def compare_cocs(inputs, i, h, z, result):
     """COCS instance i against cocs_numpy; returns (mismatched rounds, phase counts)."""
-    ours, final, weight32, under32 = jax.tree.map(lambda x: x[i], result)
+    ours, final, weight32, under32, tiebreak = jax.tree.map(lambda x: x[i], result)
     # Preconditions: float32 and float64 K(t) classify every integer count alike, and the cubes
     # agree (the instances' boundary contexts are float32 values ≥ k/h).
     k32 = np.asarray(exploration_threshold(jnp.arange(1, NUM_ROUNDS + 1), f32(z)))
@@ -384,6 +389,7 @@ def compare_cocs(inputs, i, h, z, result):
         f32(z),
         MAX_CUBES,
         played=ours,
+        tiebreak=tiebreak,
         return_trace=True,
     )
     np.testing.assert_array_equal(final.count, count)
@@ -394,8 +400,9 @@ def compare_cocs(inputs, i, h, z, result):
 
     def explain(t):
         return cocs_near_tie(
-            trace, t, ours[t], theirs[t], weight32[t], available[t], cost[t], budget[t]
-        )
+            trace, t, ours[t], theirs[t], weight32[t], available[t], cost[t], budget[t],
+            tiebreak[t],
+        )  # fmt: skip
 
     under = trace["under_explored"].any(axis=(1, 2))
     stage2 = (theirs & ~trace["under_explored"]).any(axis=(1, 2))
@@ -404,18 +411,20 @@ def compare_cocs(inputs, i, h, z, result):
 
 
 def compare_index_policy(name, inputs, i, result, reference, weight_atol):
-    """CUCB or LinUCB instance i against its loop; returns the number of mismatched rounds."""
-    ours, _, weight32, _ = jax.tree.map(lambda x: x[i], result)
+    """Per-pair CUCB or LinUCB instance i against its loop; returns the number of mismatched
+    rounds."""
+    ours, _, weight32, _, tiebreak = jax.tree.map(lambda x: x[i], result)
     context, available, cost, budget, success = instance(inputs, i)
     theirs, trace = reference(
-        context, available, cost, budget, success, played=ours, return_trace=True
-    )
+        context, available, cost, budget, success, played=ours, tiebreak=tiebreak,
+        return_trace=True,
+    )  # fmt: skip
     w64 = trace["weight"]
     np.testing.assert_allclose(weight32, w64, rtol=0, atol=weight_atol, err_msg=name)
 
     def explain(t):
         return greedy_near_tie(
-            w64[t], weight32[t], cost[t], available[t], budget[t], ours[t], theirs[t]
+            w64[t], weight32[t], cost[t], available[t], budget[t], ours[t], theirs[t], tiebreak[t]
         )
 
     return count_mismatches(ours, theirs, explain), trace
@@ -436,7 +445,7 @@ def test_policies_match_numpy_reference(num_clients, num_servers, dim):
             "h_T": np.array([h for h, _ in COCS_CONFIGS], np.float32),
             "z": np.array([z for _, z in COCS_CONFIGS], np.float32),
         },
-        "linucb": {
+        "linucb_pairs": {
             "alpha": np.array([a for a, _ in LINUCB_CONFIGS], np.float32),
             "lam": np.array([lam for _, lam in LINUCB_CONFIGS], np.float32),
         },
@@ -454,18 +463,22 @@ def test_policies_match_numpy_reference(num_clients, num_servers, dim):
     assert np.all(phases > 0), phases
 
     for i in range(len(INSTANCES)):
-        e, trace = compare_index_policy("cucb", inputs, i, out["cucb"], cucb_numpy, 1e-6)
+        e, trace = compare_index_policy(
+            "cucb_pairs", inputs, i, out["cucb_pairs"], cucb_numpy, 1e-6
+        )
         events += e
-        final = out["cucb"][1]
+        final = out["cucb_pairs"][1]
         np.testing.assert_array_equal(final.stats.count[i], trace["count"].reshape(-1))
         np.testing.assert_allclose(final.stats.mean[i], trace["mean"].reshape(-1), atol=1e-6)
 
     d = dim + 1
     for i, (alpha, lam) in enumerate(LINUCB_CONFIGS):
         reference = functools.partial(linucb_numpy, alpha=f32(alpha), lam=f32(lam))
-        e, trace = compare_index_policy("linucb", inputs, i, out["linucb"], reference, 1e-5)
+        e, trace = compare_index_policy(
+            "linucb_pairs", inputs, i, out["linucb_pairs"], reference, 1e-5
+        )
         events += e
-        final = out["linucb"][1].ridge
+        final = out["linucb_pairs"][1].ridge
         np.testing.assert_allclose(final.gram[i], trace["gram"].reshape(-1, d, d), rtol=1e-6)
         np.testing.assert_allclose(final.target[i], trace["target"].reshape(-1, d), rtol=1e-6)
     rounds = 3 * len(INSTANCES) * NUM_ROUNDS
@@ -508,20 +521,21 @@ def default_runs():
         for name in POLICIES
     }
     out, _ = run_jfl(inputs, hparams, seed=3)  # the learners' compiled program
-    others, direct = run_jfl(inputs, hparams, ("oracle", "random_budget"), seed=3)
+    others, direct = run_jfl(inputs, hparams, ("oracle_state", "random_budget"), seed=3)
     return inputs, {**out, **others}, direct
 
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_policy_invariants(name):
-    """Covered pairs only, one ES per client, budgets kept; Oracle = budgeted_assignment."""
+    """Covered pairs only, one ES per client, budgets kept; oracle_state = budgeted_assignment
+    on success_prob."""
     # Random observations: N = 7, M = 3, 6 instances, 100 rounds, default hyperparameters;
     # budgets with the kernel's 1e-6 relative slack.
     inputs, out, direct = default_runs()
     actions = out[name][0]
     check_feasible(actions, inputs)
     assert actions.any(axis=(2, 3)).mean() > 0.5  # it does select
-    if name == "oracle":
+    if name == "oracle_state":
         np.testing.assert_array_equal(actions, direct)
     if name == "random_budget":
         assert len(np.unique(actions[1].reshape(NUM_ROUNDS, -1), axis=0)) > 50  # it varies
