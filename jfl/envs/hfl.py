@@ -546,9 +546,8 @@ def success_probability(state: HflState, params: HflParams):
     return jnp.where(positive & state.coverage, prob, 0.0).astype(params.dtype)
 
 
-def success_now(state: HflState, params: HflParams):
-    """This round's realised ``X`` of every pair, bool[N, M]: in coverage and ``τ ≤ deadline``,
-    the uplink fading included; what ``step`` reports as ``success`` for a selected pair."""
+def round_times(state: HflState, params: HflParams):
+    """τ of every pair this round (eq. 5), f[N, M]; +inf out of coverage (never arrives)."""
     tau = pair_times(
         state.distance,
         state.shadowing_db,
@@ -558,7 +557,13 @@ def success_now(state: HflState, params: HflParams):
         state.computation,
         params,
     )
-    return state.coverage & (tau <= params.deadline)
+    return jnp.where(state.coverage, tau, jnp.inf)
+
+
+def success_now(state: HflState, params: HflParams):
+    """This round's realised ``X`` of every pair, bool[N, M]: in coverage and ``τ ≤ deadline``,
+    the uplink fading included; what ``step`` reports as ``success`` for a selected pair."""
+    return round_times(state, params) <= params.deadline
 
 
 def _grid_index(values, start, step, position):
@@ -775,16 +780,7 @@ class HflEnv(Environment):
         (also an error) reports the largest of its times.
         """
         action = jnp.asarray(action, bool)
-        tau = pair_times(
-            state.distance,
-            state.shadowing_db,
-            state.fading_down,
-            state.fading_up,
-            state.bandwidth,
-            state.computation,
-            params,
-        )
-        tau = jnp.where(state.coverage, tau, jnp.inf)
+        tau = round_times(state, params)
         success = action & (tau <= params.deadline)
         num_success = jnp.sum(success, dtype=jnp.int32)
         capped = jnp.minimum(tau, params.deadline)

@@ -186,29 +186,34 @@ def oracle(num_clients: int, num_servers: int) -> Policy:
     return stateless(select)
 
 
-def oracle_context(num_clients: int, num_servers: int) -> Policy:
-    """§IV-A's Oracle: the solver fed p(φ) = E[X | observed context] (``success_prob_context``)."""
-    check_selection_size(num_clients, num_servers, "num_servers")
+def _oracle_on(field: str, name: str, doc: str):
+    """The stateless policy feeding the solver the observation's ``field`` as weights."""
 
-    def select(key, state, obs, hparams):
-        del state, hparams
-        check_observation("oracle_context", obs, num_clients, num_servers)
-        return _assign(obs.success_prob_context, obs, _tiebreak(key, obs))
+    def build(num_clients: int, num_servers: int) -> Policy:
+        check_selection_size(num_clients, num_servers, "num_servers")
 
-    return stateless(select)
+        def select(key, state, obs, hparams):
+            del state, hparams
+            check_observation(name, obs, num_clients, num_servers)
+            return _assign(getattr(obs, field), obs, _tiebreak(key, obs))
+
+        return stateless(select)
+
+    build.__name__, build.__doc__ = name, doc
+    return build
 
 
-def oracle_state(num_clients: int, num_servers: int) -> Policy:
+oracle_context = _oracle_on(
+    "success_prob_context",
+    "oracle_context",
+    "§IV-A's Oracle: the solver fed p(φ) = E[X | observed context] (``success_prob_context``).",
+)
+oracle_state = _oracle_on(
+    "success_prob",
+    "oracle_state",
     """The solver fed P(X | everything but the uplink fading) (``success_prob``): neither of the
-    paper's oracles (it knows the distance, shadowing and downlink fading of every pair)."""
-    check_selection_size(num_clients, num_servers, "num_servers")
-
-    def select(key, state, obs, hparams):
-        del state, hparams
-        check_observation("oracle_state", obs, num_clients, num_servers)
-        return _assign(obs.success_prob, obs, _tiebreak(key, obs))
-
-    return stateless(select)
+    paper's oracles (it knows the distance, shadowing and downlink fading of every pair).""",
+)
 
 
 def random_budget(num_clients: int, num_servers: int) -> Policy:
