@@ -1,15 +1,13 @@
-"""The COCS paper's ordering claim (SPEC §5) on fixed seeds, as far as this implementation
-reproduces it.
+"""What a faithful reading of the COCS paper gives (SPEC §5), on fixed seeds.
 
 All policies run on the same seed keys, so they meet the same clients, channels and coverage
-(common random numbers) and every comparison is a paired difference whose 95% Student-t
-interval over seeds must exclude 0. The slow variant repeats it on 64 seeds and 2000 rounds.
-
-Reproduced: the Oracle beats every learner, every learner beats Random, LinUCB beats CUCB. Not
-reproduced, and therefore not asserted (README, "COCS"): COCS > LinUCB and CUCB ≈ Random. With
-K(t) = t^0.4 ln t and h_T = 5 there are N·M·h_T² = 3750 (pair, cube) counters against ~5
-selections a round, so COCS never leaves its exploration phase within 2000 rounds and performs
-like CUCB; its regret is not yet visibly sublinear either.
+(common random numbers) and every comparison is a paired difference of cumulative utility
+(eq. 8) whose 95% Student-t interval over seeds decides it. The paper (§VI-C, Fig. 3) claims
+Oracle > COCS > LinUCB > CUCB ≈ Random. Under the paper's own definitions (one counter per
+client, ES and cube, line ~173; K(t) = t^z ln t; h_T = 5) COCS cannot leave its exploration
+phase within 1000 rounds at ~5 selections a round, so it selects like cheapest-first (the
+max-|s| assignment of eq. 14 over every covered pair); what reproduces is the Oracle above all
+and CUCB ≈ Random (README, "COCS").
 """
 
 from __future__ import annotations
@@ -23,56 +21,78 @@ import pytest
 
 from jfl.envs import HflEnv
 from jfl.envs.hfl import preset_params
-from jfl.policies import get
+from jfl.kernels.assignment import cardinality_assignment
+from jfl.policies import Policy, get, stateless
 from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.stats import mean_ci
 
-FAST_SEEDS, SLOW_SEEDS = 16, 64
-_POLICIES = ("oracle", "cocs", "linucb", "cucb", "random_budget")
+SEEDS, ROUNDS = 16, 1000
+POLICIES = ("oracle", "cocs", "cocs_lookahead", "linucb", "cucb", "random_budget")
+
+
+def cheapest_first(num_clients: int, num_servers: int) -> Policy:
+    """Eq. 14 over every covered pair each round: the most clients the budgets admit."""
+
+    def select(key, state, obs, hparams):
+        del state, hparams
+        tiebreak = jax.random.uniform(key, obs.available.shape, obs.cost.dtype)
+        return cardinality_assignment(obs.cost, obs.available, obs.budget, tiebreak=tiebreak).mask
+
+    return stateless(select)
 
 
 @functools.cache
-def _utilities(rounds: int, seeds: int) -> dict[str, np.ndarray]:
-    """Per-round utility [seed, round] of every policy in _POLICIES on the MNIST preset, all
-    under one jit (one compilation instead of one per policy; each policy's numbers are those of
-    its own batched run)."""
+def utilities(rounds: int = ROUNDS, seeds: int = SEEDS) -> dict[str, np.ndarray]:
+    """Per-round utility f64[seed, round] of every policy (and cheapest-first) on the MNIST
+    preset, all under one jit."""
     env, params = HflEnv(), preset_params("mnist")
     keys = seed_keys(0, np.arange(seeds))
     runs, hparams = {}, {}
-    for policy in _POLICIES:
-        spec = get(policy)
-        run = make_run(env, params, spec.build(params.num_clients, params.num_servers), rounds)
-        runs[policy] = make_batched_run(run)
-        hparams[policy] = {k: np.full(1, v, np.float32) for k, v in spec.defaults().items()}
+    policies = {name: get(name) for name in POLICIES}
+    for name, spec in policies.items():
+        policy = spec.build(params.num_clients, params.num_servers)
+        runs[name] = make_batched_run(make_run(env, params, policy, rounds))
+        hparams[name] = {k: np.full(1, v, np.float32) for k, v in spec.defaults().items()}
+    runs["cheapest_first"] = make_batched_run(
+        make_run(env, params, cheapest_first(params.num_clients, params.num_servers), rounds)
+    )
+    hparams["cheapest_first"] = {}
 
     @jax.jit
     def all_policies(hparams):
         zero = jnp.zeros(1, jnp.float32)
-        return {p: runs[p](keys, hparams[p], zero).utility[0] for p in _POLICIES}
+        return {p: runs[p](keys, hparams[p], zero).utility[0] for p in runs}
 
     return {p: np.asarray(u, np.float64) for p, u in all_policies(hparams).items()}
 
 
-def _assert_positive(samples, what):
-    mean, lo, hi = mean_ci(np.asarray(samples, float))
-    assert lo > 0, f"{what}: mean {mean:.4g}, 95% interval [{lo:.4g}, {hi:.4g}] reaches 0"
-
-
-def _check_order(rounds, seeds):
-    total = {p: u.sum(axis=1) for p, u in _utilities(rounds, seeds).items()}
-    for learner in ("cocs", "linucb", "cucb"):
-        _assert_positive(total["oracle"] - total[learner], f"U(oracle) - U({learner})")
-        _assert_positive(total[learner] - total["random_budget"], f"U({learner}) - U(random)")
-    _assert_positive(total["linucb"] - total["cucb"], "U(linucb) - U(cucb)")
+def paired(a, b):
+    """Mean and 95% interval over seeds of Σ_t u_a − Σ_t u_b."""
+    u = utilities()
+    return mean_ci(u[a].sum(axis=1) - u[b].sum(axis=1))
 
 
 @pytest.mark.slow
-def test_cumulative_utility_order():
-    """MNIST preset, 1000 rounds, 16 seeds: Oracle > learners > Random; LinUCB > CUCB (Fig. 3a)."""
-    _check_order(1000, FAST_SEEDS)
+def test_oracle_is_above_every_policy():
+    """§VI-B's Oracle (this round's X known) beats every causal policy over the run."""
+    for name in ("cocs", "linucb", "cucb", "random_budget", "cheapest_first"):
+        mean, lo, _ = paired("oracle", name)
+        assert lo > 0, (name, mean, lo)
 
 
 @pytest.mark.slow
-def test_cumulative_utility_order_long_run():
-    """64 seeds, 2000 rounds: the same order."""
-    _check_order(2000, SLOW_SEEDS)
+def test_cocs_is_cheapest_first_and_cucb_is_random():
+    """At the paper's parameters COCS ≈ cheapest-first and CUCB ≈ Random: both paired
+    intervals contain 0."""
+    for a, b in (("cocs", "cheapest_first"), ("cucb", "random_budget")):
+        mean, lo, hi = paired(a, b)
+        assert lo <= 0 <= hi, (a, b, mean, lo, hi)
+
+
+@pytest.mark.slow
+def test_measured_order_of_the_learners():
+    """What we measure (README): LinUCB > COCS > Random, and the non-causal COCS-lookahead above
+    LinUCB (the paper's ordering appears only when eq. 13 sees this round's outcome)."""
+    for a, b in (("linucb", "cocs"), ("cocs", "random_budget"), ("cocs_lookahead", "linucb")):
+        mean, lo, hi = paired(a, b)
+        assert lo > 0, (a, b, mean, lo, hi)
