@@ -9,18 +9,22 @@ cost ``cost[n]`` (the same on every ES), coverage ``available[n, m]``, per-ES bu
                x[n, m] = 0 where n is not covered by m                    (10c)
 
 * ``exact_assignment``: the optimum by ``scipy.optimize.milp`` (HiGHS branch and bound), float64
-  — the ground truth for the optimality gap of ``jfl.kernels.budgeted_assignment``.
-* ``greedy_numpy``: a plain loop of the kernel's algorithm (density greedy + modified-greedy fix),
-  in the inputs' float dtype, for mask-by-mask equality tests; the COCS references
-  (``jfl.reference.numpy_cocs``) select with it too.
-* ``optimality_ratios``: kernel value / MILP optimum on random paper-like instances.
+  — the ground truth for ``jfl.kernels.assignment``.
+* ``budgeted_numpy`` / ``cardinality_numpy``: plain loops of the kernel's two solvers (density
+  greedy, then the step-limited depth-first branch and bound), in the inputs' float dtype, for
+  mask-by-mask equality tests. ``greedy_numpy`` is ``budgeted_numpy`` under the name the COCS
+  references (``jfl.reference.numpy_cocs``) select with.
+* ``hfl_instances``: rounds of the ``hfl`` environment as P2 instances (unit weights, or the
+  oracle's success probabilities), the families the solvers are measured on;
+  ``random_paper_instances``: the same distributions drawn directly.
+* ``optimality_ratios`` / ``ratio_table``: solver value / MILP optimum on those instances.
 
-Both solvers read budgets with the kernel's relative slack ``BUDGET_RTOL`` (1e-6): a set is
+All solvers read budgets with the kernel's relative slack ``BUDGET_RTOL`` (1e-6): a set is
 feasible when its cost is at most ``B_m·(1 + 1e-6)``, so that the MILP's optimum is an upper bound
 of the kernel's value on exactly the same problem. Pairs with weight ≤ 0 are never chosen (they
 cannot raise the objective).
 
-Written independently of the JAX code (``optimality_ratios`` calls the kernel it measures).
+Written independently of the JAX code (``hfl_instances`` and the ratio helpers call JAX).
 """
 
 from __future__ import annotations
@@ -102,26 +106,19 @@ def _pairwise_sum(x):
     return x[0]
 
 
-def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL, tiebreak=None):
-    """The kernel's greedy for P2 as a plain loop: ``(mask, certified)``.
+# --------------------------------------------------------------------------------------------
+# plain-loop mirror of the kernel's solvers
+# --------------------------------------------------------------------------------------------
 
-    1. Covered pairs with weight > 0 in descending density weight/cost (ties: ascending
-       ``tiebreak`` f[N, M] when given, then lower client, then lower ES); take a pair if its
-       client is free and ``cost ≤`` the ES's remaining capacity,
-       which starts at ``B_m·(1 + budget_rtol)``.
-    2. For each ES in index order: if a free client it covers, with cost within its whole
-       capacity, weighs more than all the ES took, the ES takes that client alone instead
-       (ties to the lower client index; strict improvement only).
+# The kernel's constants (jfl.kernels.assignment), repeated so that this module stays JAX-free.
+CARDINALITY_STEPS = 256
+BUDGETED_STEPS = 256
+COUNT_STEPS = 128
+COUNT_THRESHOLD = 0.5
+LAMBDA_SCALE = 0.5
 
-    Arithmetic is in ``np.result_type(weight, cost, budget)`` (float32 inputs give float32, as the
-    kernel), operation by operation as in the kernel, so the masks agree except on
-    floating-point near-ties. The pair order of step 1 comes from one stable argsort of the
-    eligible pairs in row-major order (ascending pair index n·M + m), which is the tie rule
-    above. ``certified``: every client with a positive covered weight is on an ES of maximal
-    weight (the value then equals its upper bound).
 
-    The one NumPy greedy of the package: ``jfl.reference.numpy_cocs`` selects with it too.
-    """
+def _prepare(weight, cost, available, budget, tiebreak, budget_rtol):
     weight = np.asarray(weight)
     dtype = np.result_type(weight, cost, budget, np.float32)
     weight = weight.astype(dtype)
@@ -131,42 +128,329 @@ def greedy_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL, ti
     capacity = np.broadcast_to(np.asarray(budget, dtype), (n_servers,)) * dtype.type(
         1 + budget_rtol
     )
-    eligible = _eligible(weight, cost, available)
-
-    clients, servers = np.nonzero(eligible)  # row-major: ascending pair index n·M + m
-    with np.errstate(divide="ignore", invalid="ignore"):
-        density = (weight[clients, servers] / cost[clients]).astype(dtype)
-    key = -np.minimum(density, np.finfo(dtype).max)
+    with np.errstate(invalid="ignore"):
+        eligible = (
+            available
+            & (weight > 0)
+            & (cost[:, None] >= 0)
+            & np.isfinite(cost)[:, None]
+            & (cost[:, None] <= capacity[None, :])
+        )
+    limit = dtype.type(np.finfo(dtype).max / (4 * (n_clients + 1)))
+    value = np.where(eligible, np.minimum(weight, limit), 0).astype(dtype)
     if tiebreak is None:
-        order = np.argsort(key, kind="stable")
-    else:  # lexsort: the last key is the primary one
-        order = np.lexsort((np.asarray(tiebreak, dtype)[clients, servers], key))
+        tiebreak = np.zeros((n_clients, n_servers), dtype)
+    else:
+        tiebreak = np.asarray(tiebreak, dtype)
+        tiebreak = np.where(np.isnan(tiebreak), 0, tiebreak).astype(dtype)
+    return dtype, value, cost, eligible, capacity.astype(dtype), tiebreak
 
-    # Scalars of ``dtype`` in the loop (Python floats are float64, the fast case).
-    scalars = np.ndarray.tolist if dtype == np.float64 else list
+
+def _lex_order(key, tie):
+    """Indices by ascending ``key``, then ``tie``, then index."""
+    return np.lexsort((np.arange(len(key)), tie, key))
+
+
+def _seq_sum(values, dtype):
+    total = dtype.type(values[0])
+    for x in values[1:]:
+        total = dtype.type(total + x)
+    return total
+
+
+def _doubling(x, op):
+    """The kernel's inclusive scan along axis 0 by recursive doubling (Hillis-Steele), in the
+    same order of operations: step s combines entry i with entry i - s."""
+    x = np.array(x)
+    shift = 1
+    while shift < len(x):
+        x = np.concatenate([x[:shift], op(x[shift:], x[:-shift]).astype(x.dtype)])
+        shift *= 2
+    return x
+
+
+def _prefix(values, dtype):
+    """Prefix sums with a leading 0 (in ``dtype``), along axis 0, in the kernel's order."""
+    values = np.asarray(values, dtype)
+    return np.concatenate([np.zeros((1, *values.shape[1:]), dtype), _doubling(values, np.add)])
+
+
+def _suffix(values, op):
+    """op over values[d+1:] for every d (identity 0), in the kernel's order."""
+    inclusive = _doubling(np.asarray(values)[::-1], op)[::-1]
+    return np.concatenate([inclusive[1:], np.zeros((1, *inclusive.shape[1:]), inclusive.dtype)])
+
+
+def _cost_order(cost, cand, tiebreak):
+    """The search order: candidates by ascending cost, then smallest tie-break, then index."""
+    return _lex_order(np.where(cand, cost, np.inf), tiebreak.min(axis=1))
+
+
+def _density_order(value, eligible, cost, tiebreak):
+    """Clients by descending max_m weight / cost (ties: smallest tie-break, then index), the
+    others after them; and the densities."""
+    dtype = value.dtype
+    cand = eligible.any(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        density = np.where(
+            cand, value.max(axis=1) / np.maximum(cost, np.finfo(dtype).tiny), -np.inf
+        ).astype(dtype)
+    return _lex_order(-density, tiebreak.min(axis=1)), density
+
+
+def _critical_density(by_density, density, eligible, cost, capacity):
+    """Density of the first client (in density order) overflowing the pooled budget, or 0."""
+    dtype = density.dtype
+    cand = eligible.any(axis=1)[by_density]
+    spent = _prefix(np.where(cand, cost[by_density], 0), dtype)[1:]
+    over = (spent > _seq_sum(np.maximum(capacity, 0), dtype)) & cand
+    return density[by_density][np.argmax(over)] if over.any() else dtype.type(0)
+
+
+def _density_greedy(value, eligible, cost, capacity, tiebreak, order):
+    """The kernel's incumbent: clients in density order, each to the heaviest ES that can still
+    pay (ties: tie-break, then index). Returns ``(mask, value)``."""
+    dtype = value.dtype
+    n_clients, n_servers = value.shape
+    left = capacity.copy()
     mask = np.zeros((n_clients, n_servers), bool)
-    taken = [False] * n_clients
-    left = scalars(capacity.astype(dtype))  # a copy
-    costs = scalars(cost)
-    client_list, server_list = clients.tolist(), servers.tolist()
-    for p in order.tolist():
-        n, m = client_list[p], server_list[p]
-        if not taken[n] and costs[n] <= left[m]:
-            taken[n] = True
-            left[m] = left[m] - costs[n]
+    total = dtype.type(0)
+    for n in order.tolist():
+        c = cost[n]
+        can = [bool(eligible[n, m]) and c <= left[m] for m in range(n_servers)]
+        if any(can):
+            top = max(value[n, m] for m in range(n_servers) if can[m])
+            m = min(
+                (m for m in range(n_servers) if can[m] and value[n, m] == top),
+                key=lambda m: (tiebreak[n, m], m),
+            )
+            left[m] = dtype.type(left[m] - c)
             mask[n, m] = True
+            total = dtype.type(total + value[n, m])
+        else:
+            total = dtype.type(total + dtype.type(0))
+    return mask, total
 
-    for m in range(n_servers):
-        free = ~mask.any(axis=1)
-        candidate = np.where(free & eligible[:, m] & (cost <= capacity[m]), weight[:, m], -np.inf)
-        best = int(np.argmax(candidate))
-        if candidate[best] > _pairwise_sum(np.where(mask[:, m], weight[:, m], 0).astype(dtype)):
-            mask[:, m] = False
-            mask[best, m] = True
 
-    best_weight = np.max(np.where(eligible, weight, 0), axis=1)
-    chosen_weight = np.max(np.where(mask, weight, 0), axis=1)
-    return mask, bool(np.all(chosen_weight == best_weight))
+def _search(
+    value, eligible, cost, capacity, tiebreak, init_value, max_steps, order, lam=None, prefer=None
+):
+    """The kernel's step-limited branch and bound, step by step, over the clients in ``order``
+    (candidates first). Returns ``(path, complete, pairs)``: the best solution's ES per client
+    (-1: left out, ``None``: nothing better than ``init_value``), whether the search finished,
+    and its (client, ES) pairs in search order."""
+    dtype = value.dtype
+    f = dtype.type
+    n_clients, n_servers = value.shape
+    N, M = n_clients, n_servers
+    inf = f(np.inf)
+    K = int(eligible.any(axis=1).sum())
+    live = np.arange(N) < K
+    cs = np.where(live, cost[order], inf).astype(dtype)
+    E = eligible[order] & live[:, None]
+    W = value[order]
+    TB = tiebreak[order]
+
+    if lam is None:
+        lam, skip_red = f(0), -inf
+    else:
+        lam, skip_red = f(lam), f(0)
+    with np.errstate(invalid="ignore"):
+        red = np.where(E, (W - (lam * cs[:, None]).astype(dtype)).astype(dtype), -inf)
+    okey = np.concatenate([red, np.full((N, 1), skip_red, dtype)], axis=1)
+    otie = np.concatenate([TB, np.full((N, 1), 2, dtype)], axis=1)
+    opref = np.zeros((N, M + 1), dtype)
+    if prefer is not None:
+        opref = np.concatenate([prefer[order], np.full((N, 1), -inf, dtype)], axis=1)
+    rank = np.zeros((N, M + 1), int)
+    for d in range(N):
+        options = sorted(range(M + 1), key=lambda j: (-okey[d, j], -opref[d, j], otie[d, j], j))
+        for r, j in enumerate(options):
+            rank[d, j] = r
+
+    pre = _prefix(np.where(E, cs[:, None], 0).astype(dtype), dtype)  # [N+1, M]
+    j0 = np.concatenate([np.zeros((1, M), int), np.cumsum(E, axis=0)], axis=0)
+    pc = np.full((M, N + 2), inf, dtype)
+    for m in range(M):
+        pc[m, 0] = 0
+        rows_m = np.nonzero(E[:, m])[0]
+        pc[m, 1 : len(rows_m) + 1] = pre[rows_m + 1, m]
+    pall = _prefix(np.where(live, cs, 0).astype(dtype), dtype)
+    pall = np.concatenate([pall, pall[-1:]])
+    pall[K + 1 :] = inf
+    total_cost = pall[min(K, N)]
+    slack = f(4 * (N + 2) * np.finfo(dtype).eps)
+
+    def target(r):
+        return f(r + f(slack * f(abs(r) + total_cost)))
+
+    vnext = _suffix(W, np.maximum)
+    vsum = _suffix(W.max(axis=1), np.add)
+    cnext = np.concatenate([cs[1:], [inf]]).astype(dtype)
+
+    def twin(d, a, b):
+        return np.array_equal(E[d:, a], E[d:, b]) and np.array_equal(W[d:, a], W[d:, b])
+
+    k = [int(np.sum(pc[m, 1:] <= target(capacity[m]))) for m in range(M)]
+    kall = int(np.sum(pall[1:] <= target(_seq_sum(np.maximum(capacity, 0), dtype))))
+
+    R, tau, val, nxt, d = list(capacity), [f(0)] * M, f(0), 0, 0
+    best, best_path = f(init_value), None
+    stack, path = [], []
+    steps, done = 0, K == 0
+    while not done and steps < max_steps:
+        steps += 1
+        c = cs[d] if d < N else inf
+        option = None
+        if d < K and not c > max(R):
+            basic = [bool(E[d, m]) and W[d, m] > tau[m] and c <= R[m] for m in range(M)]
+            allowed = {}
+            for m in range(M):
+                dup = any(
+                    basic[a]
+                    and rank[d, a] < rank[d, m]
+                    and R[a] == R[m]
+                    and tau[a] == tau[m]
+                    and twin(d, a, m)
+                    for a in range(M)
+                    if a != m
+                )
+                if basic[m] and not dup and rank[d, m] >= nxt:
+                    allowed[rank[d, m]] = m
+            if rank[d, M] >= nxt:
+                allowed[rank[d, M]] = M
+            if allowed:
+                option = min(allowed)
+        if option is None:  # backtrack
+            if not stack:
+                done = True
+                break
+            R, tau, val, k, kall, nxt, d = stack.pop()
+            path.pop()
+            continue
+        b = allowed[option]
+        if b == M:
+            R2, val2, choice = R, val, -1
+            tau2 = [max(tau[m], W[d, m]) for m in range(M)]
+        else:
+            R2 = list(R)
+            R2[b] = f(R[b] - c)
+            val2, tau2, choice = f(val + W[d, b]), tau, b
+        k2 = list(k)
+        for m in range(M):
+            if E[d, m]:
+                if k[m] >= 1:
+                    i = min(j0[d, m] + 1 + k[m], N + 1)
+                    fits = f(pc[m, i] - pc[m, j0[d, m] + 1]) <= target(R2[m])
+                    k2[m] = k[m] - 1 + int(fits)
+                else:
+                    k2[m] = 0
+        if kall >= 1:
+            room = _seq_sum([max(r, f(0)) for r in R2], dtype)
+            fits = f(pall[min(d + 1 + kall, N + 1)] - pall[d + 1]) <= target(room)
+            kall2 = kall - 1 + int(fits)
+        else:
+            kall2 = 0
+        q = f(min(sum(k2), kall2))
+        vn = vnext[d]
+        weighted = _seq_sum([f(f(k2[m]) * vn[m]) for m in range(M)], dtype)
+        ub = min(min(f(q * vn.max()), weighted), vsum[d])
+        better = val2 > best
+        if better:
+            best, best_path = val2, [*path, choice]
+        descend = d + 1 < K and cnext[d] <= max(R2) and f(val2 + ub) > best
+        nxt = option + 1
+        if descend:
+            stack.append((R, tau, val, k, kall, nxt, d))
+            path.append(choice)
+            R, tau, val, k, kall, nxt, d = R2, tau2, val2, k2, kall2, 0, d + 1
+    if best_path is None:
+        return None, done, None
+    result = np.full(N, -1)
+    result[order[: len(best_path)]] = best_path
+    return result, done, list(zip(order[: len(best_path)].tolist(), best_path, strict=True))
+
+
+def _path_mask(path, n_servers):
+    return np.asarray(path)[:, None] == np.arange(n_servers)[None, :]
+
+
+def _all_best(mask, value):
+    return bool(np.all(np.where(mask, value, 0).max(axis=1) == value.max(axis=1)))
+
+
+def budgeted_numpy(
+    weight,
+    cost,
+    available,
+    budget,
+    tiebreak=None,
+    *,
+    max_steps=BUDGETED_STEPS,
+    count_steps=COUNT_STEPS,
+    budget_rtol=BUDGET_RTOL,
+):
+    """``jfl.kernels.budgeted_assignment`` as a plain loop: ``(mask, certified)``.
+
+    The density greedy, the cardinality search on the pairs of at least ``COUNT_THRESHOLD`` of
+    the largest weight, then the weighted depth-first branch and bound of at most ``max_steps``
+    steps, written step by step from the kernel's description (module docstring of
+    ``jfl.kernels.assignment``) in the inputs' float dtype, operation by operation, so that the
+    masks agree except on floating-point near-ties (XLA may fuse a product into an addition).
+    """
+    dtype, value, cost, eligible, capacity, tiebreak = _prepare(
+        weight, cost, available, budget, tiebreak, budget_rtol
+    )
+    by_density, density = _density_order(value, eligible, cost, tiebreak)
+    mask, total = _density_greedy(value, eligible, cost, capacity, tiebreak, by_density)
+    by_cost = _cost_order(cost, eligible.any(axis=1), tiebreak)
+    good = eligible & (value >= dtype.type(COUNT_THRESHOLD) * value.max())
+    first = good.any(axis=1)[by_cost]
+    count_order = np.concatenate([by_cost[first], by_cost[~first]])
+    path, _, pairs = _search(
+        good.astype(dtype),
+        good,
+        cost,
+        capacity,
+        tiebreak,
+        dtype.type(0),
+        count_steps,
+        count_order,
+        prefer=value,
+    )
+    if path is not None:
+        chosen = np.zeros(len(value), dtype)  # by depth, summed as the kernel does
+        for depth, (n, m) in enumerate(pairs):
+            chosen[depth] = value[n, m] if m >= 0 else 0
+        count_total = dtype.type(_pairwise_sum(chosen))
+        if count_total > total:
+            mask, total = _path_mask(path, value.shape[1]), count_total
+    lam = dtype.type(LAMBDA_SCALE) * _critical_density(
+        by_density, density, eligible, cost, capacity
+    )
+    path, complete, _ = _search(
+        value, eligible, cost, capacity, tiebreak, total, max_steps, by_cost, lam
+    )
+    if path is not None:
+        mask = _path_mask(path, value.shape[1])
+    return mask, complete or _all_best(mask, value)
+
+
+def cardinality_numpy(
+    cost, available, budget, tiebreak=None, *, max_steps=CARDINALITY_STEPS, budget_rtol=BUDGET_RTOL
+):
+    """``jfl.kernels.cardinality_assignment`` as a plain loop: ``(mask, certified)``."""
+    available = np.asarray(available, bool)
+    weight = np.ones(available.shape, np.result_type(cost, budget, np.float32))
+    dtype, value, cost, eligible, capacity, tiebreak = _prepare(
+        weight, cost, available, budget, tiebreak, budget_rtol
+    )
+    order = _cost_order(cost, eligible.any(axis=1), tiebreak)
+    path, complete, _ = _search(
+        value, eligible, cost, capacity, tiebreak, dtype.type(0), max_steps, order
+    )
+    mask = np.zeros(value.shape, bool) if path is None else _path_mask(path, value.shape[1])
+    return mask, complete or _all_best(mask, value)
 
 
 def random_paper_instances(rng, num_instances, num_clients, num_servers):
@@ -184,24 +468,89 @@ def random_paper_instances(rng, num_instances, num_clients, num_servers):
     return weight, cost, available, budget
 
 
-def optimality_ratios(num_instances, N, M, seed):
-    """Value of ``jfl.kernels.budgeted_assignment`` / MILP optimum on random paper-like instances.
+FAMILIES = ("mnist/unit", "mnist/prob", "cifar/unit", "cifar/prob")
 
-    Instances from ``random_paper_instances`` (weights U[0, 1], costs U[0.5, 2]·U[2, 4], budget 3.5
-    per ES, full coverage); the kernel runs once, jitted and vmapped over the instances, in
-    float32; both values are computed in float64 from the masks. Returns f64[num_instances]
-    (1 where both values are 0).
+
+def hfl_instances(family, num_instances, seed):
+    """``num_instances`` rounds of the ``hfl`` environment as P2 instances (float32).
+
+    ``family`` is ``"<preset>/<weights>"``: the preset ``mnist`` (N = 50, M = 3, y ~ U[2, 4],
+    budget 3.5 per ES) or ``cifar`` (y ~ U[8, 15], budget 40), with default coverage; weights
+    ``unit`` (1 on every covered pair: the max-cardinality step, eq. 14) or ``prob`` (the oracle's
+    success probability of each pair, in [0, 1]: probability-like weights as in eqs. 17-18). Each
+    instance is the first round of an independent run (``HflEnv.reset``), so prices, computation,
+    channels and coverage are all drawn afresh. Returns ``(weight, cost, available, budget)``
+    with a leading instance axis.
     """
-    import jax  # the JAX kernel is what is measured; keep the rest of the module JAX-free
+    import jax
 
-    from jfl.kernels.assignment import budgeted_assignment
+    from jfl.envs.hfl import HflEnv, preset_params
 
-    rng = np.random.default_rng(seed)
-    weight, cost, available, budget = random_paper_instances(rng, num_instances, N, M)
-    masks = np.asarray(jax.jit(jax.vmap(budgeted_assignment))(weight, cost, available, budget).mask)
-    ratios = np.empty(num_instances)
-    for i in range(num_instances):
+    preset, weights = family.split("/")
+    if weights not in ("unit", "prob"):
+        raise ValueError(f"unknown weights {weights!r}; choose 'unit' or 'prob'")
+    env, params = HflEnv(), preset_params(preset)
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_instances)
+    obs, _ = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, params)
+    available = np.asarray(obs.available)
+    prob = np.asarray(obs.success_prob, np.float32)
+    weight = available.astype(np.float32) if weights == "unit" else prob
+    return weight, np.asarray(obs.cost, np.float32), available, np.asarray(obs.budget, np.float32)
+
+
+def _ratios(masks, weight, cost, available, budget):
+    ratios = np.empty(len(masks))
+    for i in range(len(masks)):
         best, _ = exact_assignment(weight[i], cost[i], available[i], budget[i])
         got = math.fsum(weight[i][masks[i]].astype(np.float64).tolist())
         ratios[i] = 1.0 if best == 0.0 else got / best
     return ratios
+
+
+def optimality_ratios(num_instances, N=50, M=3, seed=0, *, family=None, solver=None):
+    """Solver value / MILP optimum, f64[num_instances] (1 where both values are 0).
+
+    Instances: ``hfl_instances(family, ...)`` when ``family`` is given, else
+    ``random_paper_instances`` with N clients and M ESs (weights U[0, 1]). ``solver(weight, cost,
+    available, budget) -> mask`` runs on the whole batch (default: ``budgeted_assignment``,
+    jitted and vmapped, in float32); values are computed in float64 from the masks.
+    """
+    import jax
+
+    from jfl.kernels.assignment import budgeted_assignment
+
+    if family is None:
+        rng = np.random.default_rng(seed)
+        instances = random_paper_instances(rng, num_instances, N, M)
+    else:
+        instances = hfl_instances(family, num_instances, seed)
+    if solver is None:
+        solve = jax.jit(jax.vmap(budgeted_assignment))
+
+        def solver(*args):
+            return solve(*args).mask
+
+    masks = np.asarray(solver(*instances))
+    return _ratios(masks, *instances)
+
+
+def ratio_table(solvers, num_instances=500, seed=0, families=FAMILIES):
+    """``{family: {name: ratios}}`` for batched ``solvers`` ``{name: solver(weight, cost,
+    available, budget) -> mask}`` on ``hfl_instances`` (each family solved once by the MILP)."""
+    table = {}
+    for family in families:
+        instances = hfl_instances(family, num_instances, seed)
+        optima = [exact_assignment(*(x[i] for x in instances))[0] for i in range(num_instances)]
+        table[family] = {}
+        for name, solver in solvers.items():
+            masks = np.asarray(solver(*instances))
+            weight = instances[0]
+            got = np.array(
+                [
+                    math.fsum(weight[i][masks[i]].astype(np.float64).tolist())
+                    for i in range(num_instances)
+                ]
+            )
+            best = np.asarray(optima)
+            table[family][name] = np.where(best == 0, 1.0, got / np.where(best == 0, 1, best))
+    return table

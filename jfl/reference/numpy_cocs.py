@@ -5,9 +5,10 @@ the ground truth of ``tests/policies/test_cocs.py`` (the paper's own baselines a
 ``jfl.reference.numpy_cocs_baselines``) and the plain per-seed loop that a benchmark
 times against ``jfl``.
 
-All three policies assign clients to edge servers (ES) by the same greedy for problem P2 (eq. 10),
-``jfl.reference.milp_assignment.greedy_numpy`` (each client on at most one covering ES, each ES
-within its budget B_m, pairs by descending weight/cost); they differ in the weights. The round
+All three policies assign clients to edge servers (ES) by the plain-loop mirrors of the JAX
+solvers of problem P2 (eq. 10), ``jfl.reference.milp_assignment.budgeted_numpy`` (each client on at
+most one covering ES, each ES within its budget B_m, the most total weight) and, for COCS's
+exploration, ``cardinality_numpy`` (the most clients); they differ in the weights. The round
 counter t of the paper is 1-based.
 
 * ``cocs_numpy`` (Alg. 1). The context space [0, 1]^D is cut into h_T^D hypercubes; the cell of
@@ -16,9 +17,9 @@ counter t of the paper is 1-based.
   0 while C = 0). Each round, with ``K(t) = t^z ln t``:
 
   1. under-explored pairs: in coverage with ``C_{n,m}(l_{n,m}) ≤ K(t)`` (eq. 13);
-  2. exploration: the greedy with weight 1 on the under-explored pairs (max |s|, eqs. 14–15);
+  2. exploration: the most under-explored pairs the budgets admit (max |s|, eqs. 14–15);
   3. the clients without any under-explored pair share what is left of each budget (B_m minus
-     the exploration costs on m, eq. 16) by the greedy on the weights p̂_{n,m}(l_{n,m}) (eq. 17);
+     the exploration costs on m, eq. 16) by the weights p̂_{n,m}(l_{n,m}) (eq. 17);
      with no under-explored pair at all this is the exploitation step, eq. (18).
 
   C and p̂ of the cube of every selected pair are updated with its outcome X (Alg. 1, 16–20).
@@ -38,8 +39,7 @@ past a floating-point near-tie. ``return_trace=True`` adds a dict of per-round i
 
 ``cocs_numpy_loop`` is a whole per-seed simulation of COCS on the ``hfl`` environment with the
 draws of ``jfl.reference.numpy_hfl`` (its own ``np.random.default_rng(seed)``), selecting with
-the same ``greedy_numpy``. ``greedy_assignment_numpy`` (``greedy_numpy``'s mask in float64) is
-kept as an alias for older callers.
+the same solvers.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jfl.reference.milp_assignment import BUDGET_RTOL, greedy_numpy
+from jfl.reference.milp_assignment import budgeted_numpy, cardinality_numpy
 from jfl.reference.numpy_hfl import (
     CHANNEL,
     PAPER_PRESETS,
@@ -88,8 +88,15 @@ def _spent(mask, cost) -> np.ndarray:
     return np.array([math.fsum(cost[mask[:, m]].tolist()) for m in range(mask.shape[1])])
 
 
-def _greedy_mask(weight, cost, available, budget, tiebreak=None):
-    return greedy_numpy(weight, cost, available, budget, tiebreak=tiebreak)[0]
+def assignment_mask_numpy(weight, cost, available, budget, tiebreak=None):
+    """``budgeted_numpy``'s mask: the selection of the most total weight."""
+    return budgeted_numpy(weight, cost, available, budget, tiebreak)[0]
+
+
+def cardinality_mask_numpy(weight, cost, available, budget, tiebreak=None):
+    """``cardinality_numpy``'s mask (``weight`` unused): the most clients on ``available``."""
+    del weight
+    return cardinality_numpy(cost, available, budget, tiebreak)[0]
 
 
 def _round(tiebreak, row):
@@ -97,14 +104,25 @@ def _round(tiebreak, row):
 
 
 def cocs_select_numpy(
-    count, estimate, available, cost, budget, threshold, *, solver=None, tiebreak=None
+    count,
+    estimate,
+    available,
+    cost,
+    budget,
+    threshold,
+    *,
+    solver=None,
+    explore_solver=None,
+    tiebreak=None,
 ):
     """One COCS selection from the counters and estimates of each pair's current cube.
 
     Args: ``count``, ``estimate`` f[N, M] (C and p̂ at the pair's cube), ``available`` bool[N, M],
     ``cost`` f[N], ``budget`` f[M], ``threshold`` K(t); ``solver(weight, cost, available,
-    budget, tiebreak) -> mask`` (default ``greedy_numpy``) and its ``tiebreak`` f[N, M] (the
-    policy's draw of the round; None: ties by index).
+    budget, tiebreak) -> mask`` for the exploitation (default ``assignment_mask_numpy``),
+    ``explore_solver`` of the same signature for the exploration (default
+    ``cardinality_mask_numpy``), and their ``tiebreak`` f[N, M] (the policy's draw of the round;
+    None: ties by index).
 
     Returns ``(mask, under_explored, spent)``: the selection bool[N, M], the under-explored pairs
     and the budget each ES spent on exploration.
@@ -112,9 +130,10 @@ def cocs_select_numpy(
     cost = np.asarray(cost, np.float64)
     budget = np.asarray(budget, np.float64)
     available = np.asarray(available, bool)
-    solver = _greedy_mask if solver is None else solver
+    solver = assignment_mask_numpy if solver is None else solver
+    explore_solver = cardinality_mask_numpy if explore_solver is None else explore_solver
     under = available & (np.asarray(count) <= threshold)
-    explore = solver(under.astype(np.float64), cost, under, budget, tiebreak)
+    explore = explore_solver(under.astype(np.float64), cost, under, budget, tiebreak)
     spent = _spent(explore, cost)
     explored_clients = ~under.any(axis=1)
     exploit = solver(
@@ -125,12 +144,6 @@ def cocs_select_numpy(
         tiebreak,
     )
     return explore | exploit, under, spent
-
-
-def greedy_assignment_numpy(weight, cost, available, budget, *, budget_rtol=BUDGET_RTOL):
-    """``greedy_numpy``'s mask in float64 (kept for older callers; use ``greedy_numpy``)."""
-    weight, cost, budget = (np.asarray(x, np.float64) for x in (weight, cost, budget))
-    return greedy_numpy(weight, cost, available, budget, budget_rtol=budget_rtol)[0]
 
 
 def _teacher(played, selected, row):
@@ -264,7 +277,7 @@ def cucb_numpy(
             wins[seen] / count[seen] + np.sqrt(1.5 * math.log(t) / count[seen]), 1.0
         )
         weights[row] = index
-        selected[row] = _greedy_mask(
+        selected[row] = assignment_mask_numpy(
             index, cost[row], available[row], budget[row], _round(tiebreak, row)
         )
         b = _teacher(played, selected[row], row)
@@ -322,7 +335,7 @@ def linucb_numpy(
     for row in range(num_rounds):
         x = features[row]
         weights[row] = linucb_weights_numpy(gram, target, x, float(alpha))
-        selected[row] = _greedy_mask(
+        selected[row] = assignment_mask_numpy(
             weights[row], cost[row], available[row], budget[row], _round(tiebreak, row)
         )
         b = _teacher(played, selected[row], row)

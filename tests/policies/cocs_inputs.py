@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from jfl.envs.hfl import Observation
-from jfl.reference.milp_assignment import greedy_numpy
+from jfl.reference.milp_assignment import budgeted_numpy
 
 BUDGETS = {
     "tight": 3.5,  # one or two clients per ES
@@ -55,4 +55,4 @@ def observation(x) -> Observation:
 def solver_numpy(weight, cost, available, budget, tiebreak):
     """The NumPy mirror of the JAX solver, as ``solver(weight, cost, available, budget,
     tiebreak) -> mask``."""
-    return greedy_numpy(weight, cost, available, budget, tiebreak=tiebreak)[0]
+    return budgeted_numpy(weight, cost, available, budget, tiebreak)[0]

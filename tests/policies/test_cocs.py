@@ -7,14 +7,13 @@ over random instances. An instance is T rounds of contexts, coverage (with gaps)
 is ``success = action & X[t]``. The reference (float64) recomputes every round's selection from
 the state that jfl's own selections produced (teacher forcing, ``played=``), so that a float
 near-tie, where the two precisions may order pairs differently, cannot make the trajectories
-drift apart. A differing round must be explained by a near-tie of the reference's greedy
-problem and such rounds must be rare.
+drift apart. A differing round must be explained by a near-tie of the round's assignment
+problem (two solutions the precisions rank differently) and such rounds must be rare.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 
 import jax
@@ -35,13 +34,12 @@ from jfl.policies.cocs import (
     oracle_state,
     random_budget,
 )
-from jfl.reference.milp_assignment import BUDGET_RTOL, _pairwise_sum, greedy_numpy
+from jfl.reference.milp_assignment import BUDGET_RTOL
 from jfl.reference.numpy_cocs import (
     cocs_numpy,
     cocs_numpy_loop,
     cucb_numpy,
     exploration_threshold_numpy,
-    greedy_assignment_numpy,
     hypercube_index_numpy,
     linucb_numpy,
 )
@@ -252,25 +250,18 @@ def check_feasible(actions, inputs):
 # --------------------------------------------------------------------------------------------
 
 
-def _before(d, tiebreak, p, q):
-    """Pair p precedes pair q in the greedy's order (density descending, ties to the lower
-    tie-break, then to the lower row-major index)."""
-    return (-d[p], tiebreak[p], p) < (-d[q], tiebreak[q], q)
-
-
-def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, tiebreak, scale=None):
-    """Whether the reference's greedy problem has a near-tie that explains why jfl's solution
-    ``ours`` differs from the reference's ``theirs``.
+def value_near_tie(w64, w32, cost, eligible, budget, ours, theirs, scale=None):
+    """Whether jfl's selection ``ours`` and the reference's ``theirs`` are two solutions of one
+    problem that the two precisions may rank differently.
 
     ``w64``: the reference's weights; ``w32``: the weights jfl's state implies (float32); ``cost``
-    and ``budget`` the float32 values (in float64). Explanations: (a) two competing pairs (same
-    client or same ES), one of them chosen by one solution only, whose float64 densities are
-    within NEAR_TIE (relative) and which the two precisions order differently (an exact tie in
-    both is broken alike, by ``tiebreak`` f[N, M], the round's draw, then by index);
-    (b) a budget comparison of the reference's greedy within
-    BUDGET_NEAR_TIE of the budget (``scale``, default ``budget``); (c) a comparison of the
-    modified-greedy fix (a free client against the ES's total, or two free clients for the
-    argmax) within NEAR_TIE, decided differently in float32.
+    and ``budget`` the float32 values (in float64). Both solvers are exact on these small
+    instances, so a differing round is explained when (a) the pairs that differ are ones whose
+    weight one precision reads as positive and the other as 0, within NEAR_TIE; or (b) one of the
+    two selections spends, on some ES, within BUDGET_NEAR_TIE of the budget (``scale``, default
+    ``budget``), so that one precision may afford what the other does not; or (c) the two weigh
+    the same in float64 up to the precisions' differences: |v64(ours) − v64(theirs)| ≤
+    Σ_differing |w64 − w32| + NEAR_TIE·max(v64).
     """
     scale = budget if scale is None else scale
     pos = eligible & (w64 > 0)
@@ -280,63 +271,25 @@ def greedy_near_tie(w64, w32, cost, eligible, budget, ours, theirs, tiebreak, sc
         return False  # a pair that neither precision may take
     if np.any(differ & (pos != pos32)):
         return bool(np.all(np.abs(w64[differ & (pos != pos32)]) <= NEAR_TIE))
-    shape = w64.shape
-    d64 = np.where(pos, w64 / cost[:, None], np.nan).reshape(-1)
-    d32 = np.where(pos, np.float32(w32) / np.float32(cost)[:, None], np.nan).reshape(-1)
-    flat = np.flatnonzero(pos)
-    tb = np.asarray(tiebreak).reshape(-1)
-    for p, q in itertools.combinations(flat, 2):
-        (n1, m1), (n2, m2) = np.unravel_index(p, shape), np.unravel_index(q, shape)
-        if (n1 == n2 or m1 == m2) and (differ.flat[p] or differ.flat[q]):
-            close = abs(d64[p] - d64[q]) <= NEAR_TIE * max(d64[p], d64[q])
-            if close and _before(d64, tb, p, q) != _before(d32, tb, p, q):
-                return True
-    # (b) the reference's walk
-    order = sorted(flat, key=lambda p: (-d64[p], tb[p], p))
-    left = budget * (1 + BUDGET_RTOL)
-    taken = np.zeros(shape, bool)
-    for p in order:
-        n, m = np.unravel_index(p, shape)
-        if taken[n].any():
-            continue
-        if abs(left[m] - cost[n]) <= BUDGET_NEAR_TIE * scale[m]:
+    capacity = budget * (1 + BUDGET_RTOL)
+    for mask in (ours, theirs):
+        spent = cost @ mask
+        if np.any(mask.any(axis=0) & (np.abs(capacity - spent) <= BUDGET_NEAR_TIE * scale)):
             return True
-        if cost[n] <= left[m]:
-            taken[n, m] = True
-            left[m] -= cost[n]
-    # (c) the fix, ES by ES as the reference does it (a swap frees clients for the next ESs)
-    for m in range(shape[1]):
-        free = ~taken.any(axis=1)
-        total64 = np.sum(np.where(taken[:, m], w64[:, m], 0.0))
-        total32 = np.sum(np.where(taken[:, m], w32[:, m], 0.0).astype(np.float32))
-        candidates = np.flatnonzero(free & pos[:, m] & (cost <= budget[m] * (1 + BUDGET_RTOL)))
-        for n in candidates:
-            close = abs(w64[n, m] - total64) <= NEAR_TIE * max(w64[n, m], total64)
-            if close and (w64[n, m] > total64) != (np.float32(w32[n, m]) > total32):
-                return True
-        for n1, n2 in itertools.combinations(candidates, 2):  # the argmax among them
-            close = abs(w64[n1, m] - w64[n2, m]) <= NEAR_TIE * max(w64[n1, m], w64[n2, m])
-            if close and (w64[n1, m] >= w64[n2, m]) != (w32[n1, m] >= w32[n2, m]):
-                return True
-        if len(candidates):
-            best = candidates[np.argmax(w64[candidates, m])]
-            if w64[best, m] > total64:
-                taken[:, m] = False
-                taken[best, m] = True
-    return False
+    v_ours, v_theirs = np.sum(w64[ours]), np.sum(w64[theirs])
+    slack = np.sum(np.abs(w64 - w32)[differ]) + NEAR_TIE * max(v_ours, v_theirs)
+    return bool(abs(v_ours - v_theirs) <= slack)
 
 
-def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget, tiebreak):
+def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget):
     """Round t of COCS: the stage where the selections first differ has a near-tie (the
     under-explored pairs are the same in both, see the test)."""
     under = trace["under_explored"][t]
     if np.any((ours ^ theirs) & under):  # exploration differs: weights 1 in both
         one = under.astype(float)
-        return greedy_near_tie(
-            one, one, cost, under, budget, ours & under, theirs & under, tiebreak
-        )
+        return value_near_tie(one, one, cost, under, budget, ours & under, theirs & under)
     explored = available & ~under.any(axis=1, keepdims=True)
-    return greedy_near_tie(
+    return value_near_tie(
         trace["estimate"][t],
         weight32,
         cost,
@@ -344,7 +297,6 @@ def cocs_near_tie(trace, t, ours, theirs, weight32, available, cost, budget, tie
         budget - trace["spent"][t],
         ours & ~under,
         theirs & ~under,
-        tiebreak,
         scale=budget,
     )
 
@@ -400,9 +352,8 @@ def compare_cocs(inputs, i, h, z, result):
 
     def explain(t):
         return cocs_near_tie(
-            trace, t, ours[t], theirs[t], weight32[t], available[t], cost[t], budget[t],
-            tiebreak[t],
-        )  # fmt: skip
+            trace, t, ours[t], theirs[t], weight32[t], available[t], cost[t], budget[t]
+        )
 
     under = trace["under_explored"].any(axis=(1, 2))
     stage2 = (theirs & ~trace["under_explored"]).any(axis=(1, 2))
@@ -423,8 +374,8 @@ def compare_index_policy(name, inputs, i, result, reference, weight_atol):
     np.testing.assert_allclose(weight32, w64, rtol=0, atol=weight_atol, err_msg=name)
 
     def explain(t):
-        return greedy_near_tie(
-            w64[t], weight32[t], cost[t], available[t], budget[t], ours[t], theirs[t], tiebreak[t]
+        return value_near_tie(
+            w64[t], weight32[t], cost[t], available[t], budget[t], ours[t], theirs[t]
         )
 
     return count_mismatches(ours, theirs, explain), trace
@@ -435,8 +386,8 @@ def test_policies_match_numpy_reference(num_clients, num_servers, dim):
     """COCS, CUCB and LinUCB match their float64 loops round by round, up to rare near-ties."""
     # 6 instances (coverage gaps, tight/loose/per-ES/exactly fillable budgets, contexts on cell
     # boundaries, h_T ∈ {1, 2, 5}, z ∈ {0.1, 0.4}): the weights agree; differing rounds are
-    # float32/float64 near-ties of the reference's greedy, under 0.5% of the rounds; final COCS
-    # counters equal, estimates within 1e-5; CUCB/LinUCB statistics agree; COCS meets
+    # float32/float64 near-ties of the round's assignment problem, under 0.5% of the rounds;
+    # final COCS counters equal, estimates within 1e-5; CUCB/LinUCB statistics agree; COCS meets
     # exploration-only, mixed and exploitation-only rounds.
     rng = np.random.default_rng(100 * num_clients + 10 * num_servers + dim)
     inputs = make_instances(rng, num_clients, num_servers, dim)
@@ -607,51 +558,6 @@ def test_exploration_threshold():
 # --------------------------------------------------------------------------------------------
 # the reference's own solver and simulation
 # --------------------------------------------------------------------------------------------
-
-
-def _greedy_by_tuple_sort(weight, cost, available, budget):
-    """P2's greedy with the pair order of a sort of (−density, n, m) tuples, in float64."""
-    eligible = available & (weight > 0) & (cost[:, None] >= 0)
-    capacity = budget * (1 + BUDGET_RTOL)
-    with np.errstate(divide="ignore"):
-        density = np.minimum(weight / cost[:, None], np.finfo(np.float64).max)
-    pairs = sorted((-density[n, m], n, m) for n, m in zip(*np.nonzero(eligible), strict=True))
-    mask, left = np.zeros(weight.shape, bool), capacity.copy()
-    for _, n, m in pairs:
-        if not mask[n].any() and cost[n] <= left[m]:
-            mask[n, m], left[m] = True, left[m] - cost[n]
-    for m in range(weight.shape[1]):
-        free = ~mask.any(axis=1)
-        candidate = np.where(free & eligible[:, m] & (cost <= capacity[m]), weight[:, m], -np.inf)
-        best = int(np.argmax(candidate))
-        if candidate[best] > _pairwise_sum(np.where(mask[:, m], weight[:, m], 0.0)):
-            mask[:, m] = False
-            mask[best, m] = True
-    return mask
-
-
-def test_greedy_numpy_pair_order_and_alias():
-    """greedy_numpy takes pairs by density, ties to the lower client then ES (as a sort of
-    tuples would), and greedy_assignment_numpy, its old name in numpy_cocs, is its float64 mask."""
-    # 2000 random float64 instances: 0/1 and one-decimal weights, quarter-grid costs.
-    rng = np.random.default_rng(21)
-    for i in range(2000):
-        n, m = int(rng.integers(1, 9)), int(rng.integers(1, 4))
-        weight = rng.random((n, m))
-        if i % 3 == 0:
-            weight = np.round(weight, 1)
-        if i % 5 == 0:
-            weight = (weight > 0.5).astype(float)
-        cost = rng.uniform(0.5, 4.0, n)
-        if i % 2:
-            cost = np.round(cost * 4) / 4
-        available = rng.random((n, m)) < 0.8
-        budget = rng.uniform(0.5, 8.0, m)
-        want, _ = greedy_numpy(weight, cost, available, budget)
-        np.testing.assert_array_equal(
-            greedy_assignment_numpy(weight, cost, available, budget), want
-        )
-        np.testing.assert_array_equal(_greedy_by_tuple_sort(weight, cost, available, budget), want)
 
 
 def test_cocs_numpy_loop_is_consistent():
