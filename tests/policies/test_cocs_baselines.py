@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jfl.envs import HflEnv
-from jfl.envs.hfl import Feedback, make_params
+from jfl.envs.hfl import Feedback, make_params, preset_params
 from jfl.policies import get
 from jfl.policies.cocs import (
     cocs_lookahead,
@@ -25,6 +25,7 @@ from jfl.policies.cocs import (
     oracle,
     random_feasible_decision,
 )
+from jfl.reference.milp_assignment import exact_assignment
 from jfl.reference.numpy_cocs_baselines import (
     cucb_decisions_numpy,
     linucb_shared_numpy,
@@ -190,6 +191,48 @@ def test_cocs_lookahead_explores_only_pairs_that_will_succeed():
     best, _ = _run("oracle", inputs)
     np.testing.assert_array_equal(lookahead[:, 0].sum((1, 2)), best[:, 0].sum((1, 2)))
     assert not np.any(lookahead[:, 0] & ~inputs["success"][:, 0])
+
+
+def test_oracle_takes_the_most_successful_clients_the_budgets_admit():
+    """§VI-B's Oracle on random instances: every round it selects as many pairs as the MILP's
+    maximum of this round's successful pairs under the budgets, each of them successful; no
+    learner run on the same rounds has more successes in any round."""
+    rng = np.random.default_rng(8)
+    inputs = random_rounds(rng, 6, N, M, D, num_rounds=ROUNDS)
+    best, _ = _run("oracle", inputs)
+    assert not np.any(best & ~inputs["success"])
+    for i in range(6):
+        x = _instance(inputs, i)
+        for t in range(ROUNDS):
+            good = x["available"][t] & x["success"][t]
+            want, _ = exact_assignment(good.astype(float), x["cost"][t], good, x["budget"][t])
+            assert best[i, t].sum() == want, (i, t)
+    most = best.sum(axis=(2, 3))
+    for name in ("cucb", "linucb", "cocs_lookahead"):
+        actions, _ = _run(name, inputs)
+        assert np.all((actions & inputs["success"]).sum(axis=(2, 3)) <= most), name
+
+
+def test_oracle_is_exact_on_hfl_rounds():
+    """At the paper's size (MNIST preset, N = 50, M = 3), on 100 first rounds of independent
+    runs: the Oracle's count equals the MILP's maximum of successful pairs."""
+    env, params = HflEnv(), preset_params("mnist")
+    policy = oracle(50, 3)
+    keys = jax.random.split(jax.random.key(9), 100)
+
+    @jax.jit
+    @jax.vmap
+    def first_round(key):
+        k_reset, k_select = jax.random.split(key)
+        obs, _ = env.reset(k_reset, params)
+        return obs, policy.select(k_select, policy.init(key, {}), obs, {})
+
+    obs, chosen = jax.tree.map(np.asarray, first_round(keys))
+    assert chosen.sum() > 0 and not np.any(chosen & ~obs.success_now)
+    for i in range(100):
+        good = obs.available[i] & obs.success_now[i]
+        want, _ = exact_assignment(good.astype(float), obs.cost[i], good, obs.budget[i])
+        assert chosen[i].sum() == want, i
 
 
 # --------------------------------------------------------------------------------------------
