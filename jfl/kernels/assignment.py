@@ -538,7 +538,7 @@ def cardinality_assignment(
     finished within ``max_steps`` (or every covered client got an ES). The problem contains bin
     packing (is there room for the k cheapest clients in M budgets?), so no fixed number of steps
     suffices for every input; with M ≤ 3 the default budget finishes on every instance of the hfl
-    MNIST preset and on about 97% of the CIFAR preset's rounds measured (those left are
+    MNIST preset and on about 92% of the CIFAR preset's rounds measured (those left are
     near-perfect packings whose total slack is a fraction of a percent of the budgets, where the
     answer may be one client short). With coverage restricted (some pairs unavailable) the same
     holds: the search never assumes that a cheaper client could go anywhere.
