@@ -173,12 +173,23 @@ def _lex_order(key, tie):
 
 
 def _doubling_scan(x, op):
-    """Inclusive ``op``-scan along axis 0 by recursive doubling (Hillis-Steele): log2(L)
-    vectorised steps instead of L sequential ones, in a fixed order of operations (the NumPy
-    mirror repeats it): after the step of shift s, entry i holds op over x[i-2s+1 .. i]."""
+    """Inclusive ``op``-scan along axis 0.
+
+    Sums by recursive doubling (Hillis-Steele): log2(L) vectorised steps in a fixed order of
+    operations, which the NumPy mirror repeats (after the step of shift s, entry i holds the sum
+    of x[i-2s+1 .. i]; the shifted operand is padded with zeros, and x + 0 is x). Max and "or"
+    are exact in any order: one cumulative op, which compiles to far less code.
+    """
+    if op is jnp.maximum:
+        return lax.cummax(x, axis=0)
+    if op is jnp.logical_or:
+        return lax.cummax(x.astype(jnp.int32), axis=0) > 0
+    if op is jnp.add and jnp.issubdtype(x.dtype, jnp.integer):
+        return lax.cumsum(x, axis=0)
     shift = 1
     while shift < x.shape[0]:
-        x = jnp.concatenate([x[:shift], op(x[shift:], x[:-shift])], axis=0)
+        padding = [(shift, 0, 0)] + [(0, 0, 0)] * (x.ndim - 1)
+        x = op(x, lax.pad(x[:-shift], jnp.zeros((), x.dtype), padding))
         shift *= 2
     return x
 
@@ -200,14 +211,29 @@ def _scan_suffix(x, op):
 
 
 def _search(
-    value, eligible, cost, capacity, tiebreak, init_value, max_steps, order, lam=None, prefer=None
+    value,
+    eligible,
+    cost,
+    capacity,
+    tiebreak,
+    init_value,
+    max_steps,
+    order,
+    lam=None,
+    prefer=None,
+    *,
+    step_limit=None,
+    leave_out_last=None,
 ):
-    """Depth-first branch and bound of P2 with at most ``max_steps`` iterations.
+    """Depth-first branch and bound of P2 with at most ``step_limit`` iterations.
 
     ``order``: the clients by ascending cost, those with an eligible pair first (``_cost_order``).
     ``lam``: None for "leave out" as the last option, else the options' reduced weights
     ``value - lam·cost`` order the ESs and "leave out" (reduced weight 0). ``prefer`` f[N, M]
     (optional) orders ESs of equal reduced weight before the tie-break (larger first).
+    ``max_steps`` (static) sizes the node log; ``step_limit`` (traced, at most ``max_steps``,
+    default ``max_steps``) and ``leave_out_last`` (traced bool, default ``lam is None``) let one
+    compiled search run stages with different settings (``budgeted_assignment``).
 
     Returns ``(found, best_path, complete)``: whether a solution better than ``init_value`` was
     found, its ES per client in search order (-1: left out) as f[N], and whether the search
@@ -227,10 +253,13 @@ def _search(
 
     # Option order per depth: the ESs by reduced weight W - λ·c (descending), then tie-break, then
     # index; "leave out" has reduced weight 0 in the weighted search, and comes last otherwise.
+    if leave_out_last is None:
+        leave_out_last = lam is None
     if lam is None:
-        lam, skip_red = jnp.zeros((), dtype), -big
-    else:
-        skip_red = jnp.zeros((), dtype)
+        lam = jnp.zeros((), dtype)
+    if step_limit is None:
+        step_limit = max_steps
+    skip_red = jnp.where(leave_out_last, -big, jnp.zeros((), dtype))
     red = jnp.where(E, W - lam * cs[:, None], -big)
     okey = jnp.concatenate([red, jnp.broadcast_to(skip_red, (N, 1))], axis=1)
     otie = jnp.concatenate([TB, jnp.full((N, 1), 2, dtype)], axis=1)
@@ -331,7 +360,7 @@ def _search(
     servers = jnp.arange(M)
 
     def running(state):
-        return (state[sl["done"]][0] == 0) & (state[sl["steps"]][0] < max_steps)
+        return (state[sl["done"]][0] == 0) & (state[sl["steps"]][0] < step_limit)
 
     def body(_, carry):
         state, stack, log = carry
@@ -648,26 +677,45 @@ def budgeted_assignment(
     # largest, heavier ESs first (the cardinality search on those pairs).
     good = eligible & (value >= COUNT_THRESHOLD * jnp.max(value))
     count_order = _first_of(by_cost, jnp.any(good, axis=1))
-    found, path, _ = _search(
-        good.astype(dtype),
-        good,
-        cost,
-        capacity,
-        tiebreak,
-        jnp.zeros((), dtype),
-        count_steps,
-        count_order,
-        prefer=value,
-    )
-    count_value = _path_value(value, path, count_order)
-    use_count = found & (count_value > init_value)
-    init_mask = jnp.where(use_count, _path_mask(path, count_order, n_servers), init_mask)
-    init_value = jnp.where(use_count, count_value, init_value)
     lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost, capacity)
-    found, path, complete = _search(
-        value, eligible, cost, capacity, tiebreak, init_value, max_steps, by_cost, lam
+    # Stages 2 and 3 run as two iterations of one loop around one search, which then compiles
+    # once: the count search (unit weights on the good pairs, "leave out" last, heavier ESs first
+    # among equal options), then the weighted search from the better incumbent.
+    stages = (
+        jnp.stack([good.astype(dtype), value]),
+        jnp.stack([good, eligible]),
+        jnp.stack([count_order, by_cost]),
+        jnp.stack([jnp.zeros((), dtype), lam]),
+        jnp.stack([value, jnp.zeros_like(value)]),
+        jnp.array([True, False]),
+        jnp.array([count_steps, max_steps]),
     )
-    mask = jnp.where(found, _path_mask(path, by_cost, n_servers), init_mask)
+
+    def stage(carry, inputs):
+        best_mask, best_value, _ = carry
+        stage_value, stage_eligible, order, stage_lam, prefer, counting, limit = inputs
+        found, path, complete = _search(
+            stage_value,
+            stage_eligible,
+            cost,
+            capacity,
+            tiebreak,
+            jnp.where(counting, jnp.zeros((), dtype), best_value),
+            max(count_steps, max_steps),
+            order,
+            stage_lam,
+            prefer,
+            step_limit=limit,
+            leave_out_last=counting,
+        )
+        # The count search's solution is kept if it weighs more; the weighted search's whenever
+        # it found one (it only records solutions better than the incumbent).
+        path_value = _path_value(value, path, order)
+        use = found & (~counting | (path_value > best_value))
+        best_mask = jnp.where(use, _path_mask(path, order, n_servers), best_mask)
+        return (best_mask, jnp.where(use, path_value, best_value), complete), None
+
+    (mask, _, complete), _ = lax.scan(stage, (init_mask, init_value, jnp.zeros((), bool)), stages)
     return AssignmentResult(mask=mask, certified=complete | _all_best(mask, value))
 
 
