@@ -8,7 +8,9 @@
    (N = 50, M = 3) with unit weights (the max-cardinality step, eq. 14) and with the oracle's
    success probabilities (probability-like weights, eqs. 17-18). Side by side: the earlier greedy
    (``jfl.kernels.assignment._greedy_assignment``), ``budgeted_assignment`` and, for unit
-   weights, ``cardinality_assignment``; mean, worst, share optimal, share certified.
+   weights, ``cardinality_assignment``, each also without its last stage ("b&b": the branch and
+   bound alone, without the beam search or the packing check); mean, worst, share optimal,
+   share certified.
 2. Time per round: each solver jitted and vmapped over a batch of paper-like instances
    (``random_paper_instances``: weights U[0, 1], costs U[0.5, 2]·U[2, 4], budget 3.5 per ES),
    N = 50 (batch 1024, the CPU sweep's batch) and N = 10^4 (batch 16), M = 3; best of several
@@ -47,11 +49,28 @@ def _cardinality(weight, cost, available, budget):
     return cardinality_assignment(cost, available, budget)
 
 
+def _budgeted_search_only(weight, cost, available, budget):
+    return budgeted_assignment(weight, cost, available, budget, beam_width=0)
+
+
+def _cardinality_search_only(weight, cost, available, budget):
+    del weight
+    return cardinality_assignment(cost, available, budget, packing_steps=0)
+
+
 def _greedy(weight, cost, available, budget):
     return _greedy_assignment(weight, cost, available, budget)
 
 
-KERNELS = {"old greedy": _greedy, "budgeted": _budgeted, "cardinality": _cardinality}
+# The solvers side by side: the earlier greedy, each solver's branch and bound alone (without
+# the beam stage, or the packing check), and each solver as it is.
+KERNELS = {
+    "old greedy": _greedy,
+    "budgeted b&b": _budgeted_search_only,
+    "budgeted": _budgeted,
+    "card. b&b": _cardinality_search_only,
+    "cardinality": _cardinality,
+}
 
 
 def batched(kernel):
@@ -76,7 +95,7 @@ def ratios(num_instances, seed):
     print(header)
     for family in FAMILIES:
         for name, r in table[family].items():
-            if name == "cardinality" and not family.endswith("unit"):
+            if name.startswith("card") and not family.endswith("unit"):
                 continue
             print(
                 f"{family:<12}{name:<14}{r.mean():>8.4f}{r.min():>8.4f}"

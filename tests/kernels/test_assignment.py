@@ -341,6 +341,41 @@ def test_feasible_and_matches_mirror_every_shape(shape, name):
     _matches_mirror(shape, name, BATCH)
 
 
+def test_last_stages_match_mirror_on_hfl_cifar_rounds():
+    """Where the branch and bound does not certify its answer (CIFAR preset rounds, random
+    tie-breaks): cardinality_assignment's packing check and budgeted_assignment's beam stage
+    give the mirror's mask and flag, and they do change answers."""
+    rng = np.random.default_rng(17)
+    for family, name, stage_off in (
+        ("cifar/unit", "cardinality", {"packing_steps": 0}),
+        ("cifar/prob", "budgeted", {"beam_width": 0}),
+    ):
+        instances = hfl_instances(family, BATCH, seed=23)
+        tiebreak = rng.random(instances[0].shape, dtype=np.float32)
+        result = solve(name, *instances, tiebreak)
+        compared = improved = 0
+        for i in range(BATCH):
+            weight, cost, available, budget = (x[i] for x in instances)
+            if name == "cardinality":
+                before, certified = cardinality_numpy(
+                    cost, available, budget, tiebreak[i], **stage_off
+                )
+            else:
+                before, certified = budgeted_numpy(
+                    weight, cost, available, budget, tiebreak[i], **stage_off
+                )
+            if certified:
+                continue
+            mask, certified = mirror(name, weight, cost, available, budget, tiebreak[i])
+            np.testing.assert_array_equal(result.mask[i], mask, err_msg=f"{family} round {i}")
+            assert result.certified[i] == certified, (family, i)
+            improved += value64(mask, weight) > value64(before, weight) + 1e-6
+            compared += 1
+            if compared == 12:
+                break
+        assert compared == 12 and improved >= 2, (family, compared, improved)
+
+
 # --------------------------------------------------------------------------------------------
 # against the MILP
 # --------------------------------------------------------------------------------------------
