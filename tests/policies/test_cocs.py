@@ -591,7 +591,9 @@ def test_cocs_numpy_loop_is_consistent():
 
 
 def test_cocs_batch_invariance():
-    """A COCS (h_T, z) configuration's runner outputs are bit-identical alone and in a batch."""
+    """A COCS (h_T, z) configuration's runner outputs are bit-identical among other
+    configurations and among copies of itself (one compiled batch shape; the runner's own tests
+    cover batches of other sizes)."""
     # HflEnv, N = 6, M = 2, 30 rounds, 3 seeds, trajectories; every output field.
     params = make_params(6, 2, p_cover=0.8, budget=(3.5, 5.0))
     run = make_batched_run(make_run(HflEnv(), params, cocs(6, 2), 30, trajectories=True))
@@ -603,8 +605,8 @@ def test_cocs_batch_invariance():
     rate = np.zeros(4, np.float32)
     out_batch = run(keys, batch, rate)
     for c in (1, 3):
-        alone = {k: v[c : c + 1] for k, v in batch.items()}
-        out_alone = run(keys, alone, rate[:1])
+        alone = {k: np.repeat(v[c : c + 1], 4) for k, v in batch.items()}
+        out_alone = run(keys, alone, rate)
         for field, value in out_alone._asdict().items():
             if value is not None:
                 np.testing.assert_array_equal(
