@@ -81,6 +81,10 @@ STEPS_PER_CHECK = 16
 # times the client's cost: the first dive then skips light, costly clients.
 LAMBDA_SCALE = 0.5
 
+# budgeted_assignment runs its beam stage up to this many clients: the beam's setup tables are
+# O(N^2) per instance (4 MB at N = 1024, ~100 GB for a batch of 16 at N = 10^4).
+BEAM_MAX_CLIENTS = 256
+
 # Up to this many clients the orders come from O(N^2) comparison counting, which beats XLA's sort
 # in a vmapped runner on CPU for small sizes; above it, one stable sort.
 SMALL_CLIENTS_MAX = 64
@@ -677,7 +681,9 @@ def budgeted_assignment(
        before the ESs where that is negative;
     4. where stage 3 did not finish (the result is not certified), the beam search of
        ``jfl.kernels.beam`` (``beam_width`` slots per client); its answer is kept if it weighs
-       more. Under ``vmap`` a batch where no instance needs it skips it.
+       more. Under ``vmap`` a batch where no instance needs it skips it; it costs about 10× the
+       first three stages where it runs (N = 50), and is left out above ``BEAM_MAX_CLIENTS``
+       clients (its setup is O(N²)).
 
     Exactness: optimal whenever ``certified`` is True (the search of stage 3 finished, or every
     client with a positive covered weight sits on an ES of largest weight). Otherwise the best
@@ -761,7 +767,7 @@ def budgeted_assignment(
 
     (mask, _, complete), _ = lax.scan(stage, (init_mask, init_value, jnp.zeros((), bool)), stages)
     certified = complete | _all_best(mask, value)
-    if beam_width > 0:
+    if beam_width > 0 and value.shape[0] <= BEAM_MAX_CLIENTS:
         # The beam search where the branch and bound did not finish; the heavier mask is kept.
         beam = beam_assignment(
             value, eligible, cost, capacity, tiebreak, ~certified, width=beam_width

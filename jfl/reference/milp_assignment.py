@@ -121,6 +121,7 @@ COUNT_STEPS = 128
 COUNT_THRESHOLD = 0.5
 LAMBDA_SCALE = 0.5
 BEAM_WIDTH = 128  # jfl.kernels.beam.DEFAULT_WIDTH
+BEAM_MAX_CLIENTS = 256
 PACKING_STEPS = 2048  # jfl.kernels.packing.DEFAULT_MAX_STEPS
 
 
@@ -448,7 +449,7 @@ def budgeted_numpy(
     if path is not None:
         mask = _path_mask(path, value.shape[1])
     certified = complete or _all_best(mask, value)
-    if beam_width > 0 and not certified:
+    if beam_width > 0 and len(value) <= BEAM_MAX_CLIENTS and not certified:
         beam_mask, _ = beam_numpy(value, eligible, cost, capacity, tiebreak, beam_width)
         if _mask_value(beam_mask, value) > _mask_value(mask, value):
             mask = beam_mask

@@ -341,6 +341,24 @@ def test_feasible_and_matches_mirror_every_shape(shape, name):
     _matches_mirror(shape, name, BATCH)
 
 
+def test_mirror_shares_the_kernels_constants():
+    from jfl.kernels import beam, packing
+    from jfl.reference import milp_assignment as ref
+
+    for name in (
+        "BUDGET_RTOL",
+        "CARDINALITY_STEPS",
+        "BUDGETED_STEPS",
+        "COUNT_STEPS",
+        "COUNT_THRESHOLD",
+        "LAMBDA_SCALE",
+        "BEAM_MAX_CLIENTS",
+    ):
+        assert getattr(ref, name) == getattr(assignment, name), name
+    assert ref.BEAM_WIDTH == beam.DEFAULT_WIDTH
+    assert ref.PACKING_STEPS == packing.DEFAULT_MAX_STEPS
+
+
 def test_last_stages_match_mirror_on_hfl_cifar_rounds():
     """Where the branch and bound does not certify its answer (CIFAR preset rounds, random
     tie-breaks): cardinality_assignment's packing check and budgeted_assignment's beam stage
