@@ -493,14 +493,25 @@ def test_certified_when_budget_pays_for_everybody():
         assert value64(result.mask[i], weight[i]) == pytest.approx(best, abs=1e-6)
 
 
-# Measured lower limits of the optimality ratio on the hfl presets' rounds (500 instances each,
-# bench/bench_assignment.py): (mean, worst).
+# Lower limits of budgeted_assignment's optimality ratio on the hfl presets' rounds (500
+# instances each, bench/bench_assignment.py): (mean, worst). The issue's targets, 0.995 and 0.97,
+# except budgeted_assignment on the CIFAR preset with unit weights (measured 0.9996 / 0.933):
+# eq. 14's step is cardinality_assignment's, which must be exact on both presets.
 RATIO_LIMITS = {
     "mnist/unit": (0.999, 0.999),
     "mnist/prob": (0.995, 0.97),
     "cifar/unit": (0.995, 0.9),
-    "cifar/prob": (0.98, 0.88),
+    "cifar/prob": (0.995, 0.97),
 }
+
+
+def _check_ratios(family, name, ratios):
+    print(family, name, f"mean {ratios.mean():.4f} worst {ratios.min():.4f}")
+    if name == "cardinality":
+        np.testing.assert_allclose(ratios, 1.0, rtol=1e-9, err_msg=family)
+    else:
+        mean, worst = RATIO_LIMITS[family]
+        assert ratios.mean() >= mean and ratios.min() >= worst, (family, name)
 
 
 def _hfl_ratios(family, count):
@@ -523,20 +534,17 @@ def _hfl_ratios(family, count):
 def test_ratio_on_hfl_mnist_rounds():
     """MNIST preset (N = 50, M = 3): unit weights solved exactly, probabilities ≥ 0.995 mean."""
     for family in ("mnist/unit", "mnist/prob"):
-        mean, worst = RATIO_LIMITS[family]
         for name, ratios in _hfl_ratios(family, 60).items():
-            print(family, name, f"mean {ratios.mean():.4f} worst {ratios.min():.4f}")
-            assert ratios.mean() >= mean and ratios.min() >= worst, (family, name)
+            _check_ratios(family, name, ratios)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(RATIO_LIMITS))
 def test_ratio_on_hfl_rounds(family):
-    """Both presets, 500 rounds each, against the measured limits."""
-    mean, worst = RATIO_LIMITS[family]
+    """Both presets, 500 rounds each: cardinality_assignment exact, budgeted_assignment above
+    the limits."""
     for name, ratios in _hfl_ratios(family, 500).items():
-        print(family, name, f"mean {ratios.mean():.4f} worst {ratios.min():.4f}")
-        assert ratios.mean() >= mean and ratios.min() >= worst, (family, name)
+        _check_ratios(family, name, ratios)
 
 
 def test_optimality_ratios_helper():
