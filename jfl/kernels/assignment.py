@@ -53,7 +53,10 @@ from jfl.kernels.beam import DEFAULT_WIDTH, beam_assignment
 from jfl.kernels.order import counting_order, materialise, sort_order
 from jfl.kernels.packing import DEFAULT_MAX_STEPS as PACKING_STEPS
 from jfl.kernels.packing import largest_packing_prefix
-from jfl.kernels.reduce import pairwise_sum
+from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
+from jfl.kernels.reduce import sequential_max as _seq_max
+from jfl.kernels.reduce import sequential_min as _seq_min
+from jfl.kernels.reduce import sequential_sum as _seq_sum
 
 # A client may join an ES whose remaining budget is short of its cost by at most this fraction of
 # the ES's whole budget, so that float rounding of the running spend never rejects a set whose
@@ -143,29 +146,6 @@ def _prepare(weight, cost, available, budget, tiebreak):
     return dtype, value, cost, eligible, capacity, tiebreak
 
 
-def _seq_sum(x):
-    """Σ of a short static-length vector, left to right (the NumPy mirror's order)."""
-    total = x[0]
-    for i in range(1, x.shape[0]):
-        total = total + x[i]
-    return total
-
-
-def _seq_max(x):
-    """max of a short static-length vector as an elementwise chain (fuses, unlike a reduce)."""
-    out = x[0]
-    for i in range(1, x.shape[0]):
-        out = jnp.maximum(out, x[i])
-    return out
-
-
-def _seq_min(x):
-    out = x[0]
-    for i in range(1, x.shape[0]):
-        out = jnp.minimum(out, x[i])
-    return out
-
-
 def _lex_order(key, tie):
     """Indices by ascending ``key``, then ``tie``, then index (both keys NaN-free)."""
     n = key.shape[0]
@@ -187,10 +167,9 @@ def _lex_order(key, tie):
 def _doubling_scan(x, op):
     """Inclusive ``op``-scan along axis 0.
 
-    Sums by recursive doubling (Hillis-Steele): log2(L) vectorised steps in a fixed order of
-    operations, which the NumPy mirror repeats (after the step of shift s, entry i holds the sum
-    of x[i-2s+1 .. i]; the shifted operand is padded with zeros, and x + 0 is x). Max and "or"
-    are exact in any order: one cumulative op, which compiles to far less code.
+    Float sums by recursive doubling (``doubling_cumsum``: a fixed order of operations, which
+    the NumPy mirror repeats; for other ops the same pattern). Max, "or" and integer sums are
+    exact in any order: one cumulative op, which compiles to far less code.
     """
     if op is jnp.maximum:
         return lax.cummax(x, axis=0)
@@ -198,6 +177,8 @@ def _doubling_scan(x, op):
         return lax.cummax(x.astype(jnp.int32), axis=0) > 0
     if op is jnp.add and jnp.issubdtype(x.dtype, jnp.integer):
         return lax.cumsum(x, axis=0)
+    if op is jnp.add:
+        return doubling_cumsum(x)
     shift = 1
     while shift < x.shape[0]:
         padding = [(shift, 0, 0)] + [(0, 0, 0)] * (x.ndim - 1)

@@ -63,6 +63,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jfl.kernels.reduce import prefix_sums as _prefix
+from jfl.kernels.reduce import sequential_min as _seq_min
+from jfl.kernels.reduce import sequential_sum as _seq_sum
+
 # Weight of the spare-budget term in a child's score (the NumPy prototype's choice: it separates
 # children of equal count and bound without overriding a difference in weight).
 ALPHA = 0.5
@@ -79,38 +83,6 @@ DEFAULT_WIDTH = 128
 class BeamResult(NamedTuple):
     mask: jax.Array  # bool[N, M]: client n is assigned to ES m
     total: jax.Array  # f[]: the value of ``mask``, summed depth by depth (0 when not needed)
-
-
-def _doubling_prefix(x):
-    """Inclusive prefix sums along axis 0 by recursive doubling (Hillis-Steele): log2(L)
-    vectorised steps in a fixed order of operations (step s adds entry i - s to entry i), which
-    the NumPy mirror repeats."""
-    shift = 1
-    while shift < x.shape[0]:
-        padding = [(shift, 0, 0)] + [(0, 0, 0)] * (x.ndim - 1)
-        x = x + lax.pad(x[:-shift], jnp.zeros((), x.dtype), padding)
-        shift *= 2
-    return x
-
-
-def _prefix(x):
-    """Prefix sums along axis 0 with a leading zero row: [L + 1, ...]."""
-    return jnp.concatenate([jnp.zeros_like(x[:1]), _doubling_prefix(x)], axis=0)
-
-
-def _seq_sum(x):
-    """Σ over the last axis of a short static length, left to right (the mirror's order)."""
-    total = x[..., 0]
-    for i in range(1, x.shape[-1]):
-        total = total + x[..., i]
-    return total
-
-
-def _seq_min(x):
-    out = x[..., 0]
-    for i in range(1, x.shape[-1]):
-        out = jnp.minimum(out, x[..., i])
-    return out
 
 
 def _order(before):

@@ -56,6 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jfl.kernels.reduce import prefix_sums
+
 # How many of the cheapest items the subset table settles at a head leaf: the table has
 # 2^TAIL_SIZE entries (work in every step) and each tail item less is one more head level
 # (steps). Measured under jit(vmap) on 1024 CIFAR-preset rounds, tail sizes 4 to 8 cost about
@@ -125,16 +127,6 @@ class _State(NamedTuple):
     tav2: jax.Array  # i32: bit mask of the tail items left to level 2
     steps: jax.Array  # i32
     status: jax.Array  # i32: RUNNING, FOUND or KNOWN_IS_BEST
-
-
-def _prefix_sums(x):
-    """[0, x0, x0+x1, ...]: f[L+1], by recursive doubling (a fixed order of operations, so the
-    result does not depend on the batch; each entry is rounded about log2(L) times)."""
-    shift = 1
-    while shift < x.shape[0]:
-        x = x + jnp.pad(x[:-shift], (shift, 0))
-        shift *= 2
-    return jnp.pad(x, (1, 0))
 
 
 def _bin_order(capacity, tiebreak):
@@ -233,7 +225,7 @@ def packing_search(sorted_cost, capacity, k_known, tiebreak_bins, max_steps, tai
     candidate = jnp.cumprod((jnp.isfinite(x) & (x >= 0)).astype(jnp.int32)) > 0
     x = jnp.where(candidate, x, inf)
     # prefix[j]: sum of the j cheapest items (+inf past the candidates)
-    prefix = _prefix_sums(jnp.where(candidate, x, 0))
+    prefix = prefix_sums(jnp.where(candidate, x, 0))
     prefix = jnp.where(jnp.pad(candidate, (1, 0), constant_values=True), prefix, inf)
 
     order = _bin_order(capacity, tiebreak_bins)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 
 def pairwise_sum(x: jax.Array, axis: int = -1) -> jax.Array:
@@ -30,3 +31,48 @@ def pairwise_sum(x: jax.Array, axis: int = -1) -> jax.Array:
 def pairwise_mean(x: jax.Array, axis: int = -1) -> jax.Array:
     x = jnp.asarray(x)
     return pairwise_sum(x, axis) / x.shape[axis]
+
+
+def doubling_cumsum(x: jax.Array) -> jax.Array:
+    """Inclusive prefix sums along axis 0 by recursive doubling (Hillis-Steele).
+
+    log2(L) vectorised steps in a fixed order of operations, which the solvers' NumPy mirrors
+    repeat: after the step of shift s, entry i holds the sum of x[i-2s+1 .. i] (the shifted
+    operand is padded with zeros, and x + 0 is x).
+    """
+    shift = 1
+    while shift < x.shape[0]:
+        padding = [(shift, 0, 0)] + [(0, 0, 0)] * (x.ndim - 1)
+        x = x + lax.pad(x[:-shift], jnp.zeros((), x.dtype), padding)
+        shift *= 2
+    return x
+
+
+def prefix_sums(x: jax.Array) -> jax.Array:
+    """``doubling_cumsum`` with a leading zero row: [L + 1, ...]."""
+    return jnp.concatenate([jnp.zeros_like(x[:1]), doubling_cumsum(x)], axis=0)
+
+
+def sequential_sum(x: jax.Array) -> jax.Array:
+    """Σ over the last axis of a short static length, left to right (the mirrors' order; an
+    elementwise chain, which fuses, unlike a reduce)."""
+    total = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        total = total + x[..., i]
+    return total
+
+
+def sequential_max(x: jax.Array) -> jax.Array:
+    """max over the last axis of a short static length, as an elementwise chain."""
+    out = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        out = jnp.maximum(out, x[..., i])
+    return out
+
+
+def sequential_min(x: jax.Array) -> jax.Array:
+    """min over the last axis of a short static length, as an elementwise chain."""
+    out = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        out = jnp.minimum(out, x[..., i])
+    return out
