@@ -111,6 +111,7 @@ class Plan:
     selection_size: int | str  # an int, or the configs column holding it per row
     per_run_bytes: int  # memory of one (configuration, seed) run, for the chunk size
     per_config: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    per_seed: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # [C, S, ...]
     env_hparams: tuple[str, ...] = ()
     fixed: Mapping[str, float] = dataclasses.field(default_factory=dict)
     learner: Callable | None = None  # learner(policy, size) for federated runs
@@ -201,6 +202,7 @@ def run(config: Sweep) -> Result:
         trajectories=config.trajectories,
         show_progress=not config.quiet,
         per_config=plan.per_config,
+        per_seed=plan.per_seed,
         env_hparams=plan.env_hparams,
         learner=plan.learner,
         data=plan.data,

@@ -332,14 +332,23 @@ def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, ja
     return {name: values[name] for name in env.round_metrics}
 
 
-def make_batched_run(run, data=None):
+def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = ()):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
     Signature of the result: ``(keys[S], hparams{name: [C]}, queue_rate[C]) -> RunOutput`` with
     leading axes ``[C, S]``. ``data`` (federated runs) is shared by every run and passed to the
-    compiled program as an argument.
+    compiled program as an argument. The hyperparameters named in ``seed_hparams`` have a seed
+    axis after the configuration axis (``[C, S, ...]``): each run reads its own seed's row, for
+    values that depend on the seed, such as the mean rewards of the seed's client layout.
     """
-    over_seeds = jax.vmap(run, in_axes=(0, None, None, None))
+
+    def over_seeds(keys, hparams, queue_rate, data):
+        shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
+        seeded = {k: hparams[k] for k in seed_hparams}
+        return jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
+            keys, seeded
+        )
+
     over_configs = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0, 0, None)))
     return lambda keys, hparams, queue_rate: over_configs(keys, hparams, queue_rate, data)
 

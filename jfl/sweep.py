@@ -346,6 +346,7 @@ def run_policy_grid(
     trajectories: bool = False,
     show_progress: bool = True,
     per_config: Mapping[str, np.ndarray] | None = None,
+    per_seed: Mapping[str, np.ndarray] | None = None,
     env_hparams: tuple[str, ...] = (),
     learner: Callable | None = None,
     data=None,
@@ -357,8 +358,10 @@ def run_policy_grid(
     column holding it per row); each group's rows must be contiguous. ``per_config`` holds extra
     per-configuration arrays (leading axis ``len(configs)``): hyperparameters that are vectors,
     such as a fairness vector c [C, N], and optionally ``queue_rate`` ([C] or [C, N]) replacing
-    the column of the same name. ``env_hparams`` names environment fields taken from the
-    hyperparameters per configuration (see ``jfl.runner.make_run``).
+    the column of the same name. ``per_seed`` holds per-(configuration, seed) arrays (leading axes
+    ``[len(configs), len(seeds)]``), passed as hyperparameters that each run reads for its own
+    seed (``jfl.runner.make_batched_run``'s ``seed_hparams``). ``env_hparams`` names environment
+    fields taken from the hyperparameters (see ``jfl.runner.make_run``).
 
     Federated runs: ``learner(policy_name, m)`` builds each group's learner (its training slots
     can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run reads, and
@@ -370,6 +373,13 @@ def run_policy_grid(
     for key, value in per_config.items():
         if value.shape[:1] != (len(configs),):
             raise ValueError(f"per_config[{key!r}] needs {len(configs)} rows, got {value.shape}")
+    per_seed = {k: np.asarray(v) for k, v in (per_seed or {}).items()}
+    for key, value in per_seed.items():
+        if value.shape[:2] != (len(configs), len(seeds)):
+            raise ValueError(
+                f"per_seed[{key!r}] needs {len(configs)} rows of {len(seeds)} seeds, got "
+                f"{value.shape}"
+            )
     if "queue_rate" in per_config:
         queue_rate = per_config.pop("queue_rate")
     else:
@@ -387,6 +397,8 @@ def run_policy_grid(
             name, size = configs["policy"].iloc[start], int(sizes[start])
             spec = get_policy(name)
             spec.check_environment(env)
+            group_learner = None if learner is None else learner(name, size)
+            spec.check_learner(group_learner)
             policy = spec.build(num_clients, size)
             batched = make_batched_run(
                 make_run(
@@ -396,14 +408,16 @@ def run_policy_grid(
                     num_rounds,
                     trajectories=trajectories,
                     env_hparams=env_hparams,
-                    learner=None if learner is None else learner(name, size),
+                    learner=group_learner,
                     eval_every=eval_every,
                 ),
                 data,
+                seed_hparams=tuple(per_seed),
             )
             rows = configs.iloc[start:stop]
             hparams = policy_hparams(name, rows, fixed)
             hparams.update({k: v[start:stop].astype(np.float32) for k, v in per_config.items()})
+            hparams.update({k: v[start:stop].astype(np.float32) for k, v in per_seed.items()})
             bar.set_postfix_str(name)
             per_group.append(
                 run_chunked(

@@ -3,7 +3,9 @@
 Every comparison is a 95% Student-t interval over seeds that must exclude the boundary; paired
 comparisons use common random numbers (the same seed keys for every policy, hence the same client
 layout and channel draws). The fast suite uses 16 seeds; the slow one (``pytest -m slow``)
-repeats the noisier claims on 64 seeds and over longer runs.
+repeats the noisier claims on 64 seeds and over longer runs. Regret is the pseudo-regret of the
+paper's proofs, T·r_bench − Σ_t μ(S(t)), with μ_k estimated by Monte Carlo per seed (the runs
+report μ(S(t)) from the same μ_k as the benchmark); τ_max is jfl's 0.5 s (SPEC §2.2).
 """
 
 from __future__ import annotations
@@ -24,6 +26,29 @@ from jfl.stats import mean_ci
 
 FAST_SEEDS, SLOW_SEEDS = 16, 64
 FAIRNESS = np.asarray(PRESET_SETTINGS["fairness"]["fairness"])  # c = (0.6, 0.5, 0.4)
+MC_SAMPLES = 20_000
+
+
+@functools.cache
+def _benchmark(preset: str, num_channels: int, seeds: int):
+    """(r_bench [S], μ [S, K]): μ(S*) (ideal) or r* of LP (23) (fairness) per seed."""
+    params = preset_params(preset)
+    fairness = FAIRNESS if preset == "fairness" else np.zeros(params.num_clients)
+    availability = np.asarray(params.availability, float)
+    benchmark, mu = seed_benchmarks(
+        WirelessEnv(), params, seed_keys(0, np.arange(seeds)), [num_channels],
+        fairness[None], availability[None], kind="lp" if preset == "fairness" else "best_set",
+        num_samples=MC_SAMPLES, mc_seed=1,
+    )  # fmt: skip
+    return benchmark[0], mu
+
+
+def _pseudo_regret(out, preset: str, num_channels: int, config: int = 0):
+    """[seed, round] t·r_bench − Σ_{s≤t} μ(S(s)) of one configuration of a run."""
+    seeds, rounds = out["mean_set_reward"].shape[1:]
+    bench, _ = _benchmark(preset, num_channels, seeds)
+    t = np.arange(1, rounds + 1)
+    return t * bench[:, None] - np.cumsum(out["mean_set_reward"][config].astype(float), axis=-1)
 
 
 def _batched_run(preset: str, policy: str, num_channels: int, rounds: int, seeds: int, betas=()):
@@ -32,17 +57,25 @@ def _batched_run(preset: str, policy: str, num_channels: int, rounds: int, seeds
     params = preset_params(preset)
     spec = get(policy)
     run = make_run(
-        env, params, spec.build(params.num_clients, num_channels), rounds, trajectories=True
+        env,
+        params,
+        spec.build(params.num_clients, num_channels),
+        rounds,
+        trajectories=True,
+        env_hparams=("mean_reward",),
     )
     configs = max(1, len(betas))
     hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
+    _, mu = _benchmark(preset, num_channels, seeds)
+    hparams["mean_reward"] = jnp.broadcast_to(jnp.asarray(mu, jnp.float32), (configs, *mu.shape))
     fairness = FAIRNESS if preset == "fairness" else np.zeros(params.num_clients)
     if "beta" in hparams:
         hparams["beta"] = jnp.asarray(betas, jnp.float32)
     if "fairness" in hparams:
         hparams["fairness"] = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
     queue_rate = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
-    return make_batched_run(run), (seed_keys(0, np.arange(seeds)), hparams, queue_rate)
+    batched = make_batched_run(run, seed_hparams=("mean_reward",))
+    return batched, (seed_keys(0, np.arange(seeds)), hparams, queue_rate)
 
 
 @functools.cache
@@ -91,14 +124,19 @@ def _running_fraction(selected):
 
 
 @pytest.mark.parametrize("baseline", ["random", "round_robin"])
-def test_cs_ucb_has_smaller_cumulative_gap_than_baselines(baseline):
-    """Ideal scenario, K=20, N=5, T=2000: Θ(baseline) − Θ(CS-UCB) > 0 (paired, Xia Fig. 1)."""
-    ucb = _run("ideal", "cs_ucb", 5, 2000, FAST_SEEDS)
-    other = _run("ideal", baseline, 5, 2000, FAST_SEEDS)
-    # Same seeds → same layout → same μ(S*): the gap difference is τ_max·Σ(r_ucb − r_other).
-    tau_max = preset_params("ideal").tau_max
-    difference = tau_max * (ucb["set_reward"][0].sum(-1) - other["set_reward"][0].sum(-1))
-    _assert_positive(difference, f"gap({baseline}) - gap(cs_ucb)")
+def test_cs_ucb_has_smaller_pseudo_regret_than_baselines(baseline):
+    """Ideal scenario, K=20, N=5, T=2000: pseudo-regret (hence Θ) of the baseline minus that of
+    CS-UCB > 0 (paired: same seeds, same layouts, same μ(S*); Xia Fig. 1)."""
+    ucb = _pseudo_regret(_run("ideal", "cs_ucb", 5, 2000, FAST_SEEDS), "ideal", 5)
+    other = _pseudo_regret(_run("ideal", baseline, 5, 2000, FAST_SEEDS), "ideal", 5)
+    _assert_positive(other[:, -1] - ucb[:, -1], f"regret({baseline}) - regret(cs_ucb)")
+
+
+def test_cs_ucb_pseudo_regret_is_sublinear():
+    """Theorem 1: CS-UCB's pseudo-regret grows logarithmically, so from T/2 to T it grows by
+    clearly less than 2×: 2·R(T/2) − R(T) > 0 over the seeds' 95% interval (T = 2000)."""
+    regret = _pseudo_regret(_run("ideal", "cs_ucb", 5, 2000, FAST_SEEDS), "ideal", 5)
+    _assert_positive(2 * regret[:, 999] - regret[:, 1999], "2·R(1000) - R(2000), CS-UCB")
 
 
 @pytest.mark.slow
@@ -111,21 +149,17 @@ def test_cs_ucb_has_fewer_failed_clients_than_baselines(baseline):
     _assert_positive(difference, f"failed({baseline}) - failed(cs_ucb)")
 
 
-def test_cs_ucb_gap_grows_with_channels():
-    """Fig. 3: CS-UCB's cumulative gap Θ (against μ(S*) for each N) grows from N=2 to 5 to 8."""
-    params = preset_params("ideal")
-    keys = seed_keys(0, np.arange(FAST_SEEDS))
-    sizes = (2, 5, 8)
-    zeros = np.zeros((len(sizes), params.num_clients))
-    benchmark, _ = seed_benchmarks(
-        WirelessEnv(), params, keys, sizes, zeros, zeros + 1.0,
-        kind="best_set", num_samples=20_000, mc_seed=1,
-    )  # fmt: skip
+def test_cs_ucb_realised_gap_grows_with_channels():
+    """Fig. 3: CS-UCB's realised gap τ_max·(T·μ(S*) − Σ_t min_{k∈S(t)} r_k(t)) grows from N=2 to
+    5 to 8, as the paper explains it ("the probability of choosing the high-latency clients is
+    increased"). The pseudo-regret does not grow beyond N ≈ 3 (README, "CS-UCB's figures"): the
+    growth is the min over more clients' realised times, which the pseudo-regret leaves out."""
+    tau_max = preset_params("ideal").tau_max
     gaps = []
-    for row, n in enumerate(sizes):
+    for n in (2, 5, 8):
         out = _run("ideal", "cs_ucb", n, 1000, FAST_SEEDS)
-        regret = 1000 * benchmark[row] - out["set_reward"][0].sum(-1)
-        gaps.append(params.tau_max * regret)
+        bench, _ = _benchmark("ideal", n, FAST_SEEDS)
+        gaps.append(tau_max * (1000 * bench - out["set_reward"][0].astype(float).sum(-1)))
     _assert_positive(gaps[1] - gaps[0], "gap(N=5) - gap(N=2)")
     _assert_positive(gaps[2] - gaps[1], "gap(N=8) - gap(N=5)")
 
@@ -138,13 +172,30 @@ def test_cs_ucb_q_meets_fairness_for_larger_beta():
 
 
 def test_cs_ucb_q_small_beta_keeps_client_1_below_target():
-    """β=1e-5: client 1's running fraction stays below c_1 = 0.6 at every checkpoint (Fig. 5)."""
+    """β=1e-5: client 1's running fraction stays below c_1 = 0.6 at every checkpoint from round
+    300 on (Fig. 5). Not before: while the confidence bonus lifts every truncated index ŷ_k to 1
+    (the first ~100 rounds at τ_max = 0.5 s), the queues alone order the clients and client 1,
+    with the largest c_k, is selected most (README, "CS-UCB-Q's first rounds")."""
     out = _run("fairness", "cs_ucb_q", 2, 2000, FAST_SEEDS, BETAS)
     fraction = _running_fraction(out["selected"][0])  # [seed, round, client]
-    for t in (100, 500, 1000, 2000):
+    for t in (300, 500, 1000, 2000):
         _assert_positive(FAIRNESS[0] - fraction[:, t - 1, 0], f"c_1 - fraction_1({t}), β=1e-5")
     # ... and so it is slower than β = 0.1 to meet c: it has not met it by the end.
     assert np.all(out["last_unmet_round"][0] == 2000)
+
+
+def test_modified_cs_ucb_beats_the_lp_benchmark():
+    """Fig. 4: modified CS-UCB ignores c, so its pseudo-regret against r* of LP (23) (which
+    meets c) is negative at T = 2000; CS-UCB-Q with β = 0.1 pays for fairness: its regret is
+    above modified CS-UCB's (paired)."""
+    modified = _pseudo_regret(
+        _run("fairness", "modified_cs_ucb", 2, 2000, FAST_SEEDS), "fairness", 2
+    )
+    _assert_positive(-modified[:, -1], "-regret(modified_cs_ucb) against r*")
+    fair = _pseudo_regret(
+        _run("fairness", "cs_ucb_q", 2, 2000, FAST_SEEDS, BETAS), "fairness", 2, 1
+    )
+    _assert_positive(fair[:, -1] - modified[:, -1], "regret(cs_ucb_q β=0.1) - regret(modified)")
 
 
 def test_modified_cs_ucb_favours_fast_clients():

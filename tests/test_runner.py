@@ -473,6 +473,7 @@ def test_output_dims():
         **core,
         "set_reward": ("round",),
         "num_failed": ("round",),
+        "mean_set_reward": ("round",),
     }
     assert output_dims(HflEnv(), learner=True, trajectories=True) == {
         **core,

@@ -261,8 +261,8 @@ def test_chunk_store_reports_corrupt_chunks(tmp_path):
 
 
 def test_run_policy_grid_checks_groups_and_per_config_rows_first():
-    """Non-contiguous (policy, m) groups, per_config arrays of the wrong length and policies the
-    environment cannot serve are refused before anything compiles."""
+    """Non-contiguous (policy, m) groups, per_config / per_seed arrays of the wrong shape and
+    policies the environment cannot serve are refused before anything compiles."""
     env = WirelessEnv()
     params = make_params(3)
     configs = pd.DataFrame({"policy": ["random"] * 3, "N": [1, 2, 1], "queue_rate": 0.0})
@@ -271,6 +271,10 @@ def test_run_policy_grid_checks_groups_and_per_config_rows_first():
         run_policy_grid(env, params, configs, **common)
     with pytest.raises(ValueError, match=r"per_config\['fairness'\] needs 3 rows"):
         run_policy_grid(env, params, configs, per_config={"fairness": np.zeros((2, 3))}, **common)
+    with pytest.raises(ValueError, match=r"per_seed\['mean_reward'\] needs 3 rows of 1 seeds"):
+        run_policy_grid(
+            env, params, configs, per_seed={"mean_reward": np.zeros((3, 2, 3))}, **common
+        )
     configs = pd.DataFrame({"policy": ["rbcsf"], "N": [1], "queue_rate": 0.0})
     with pytest.raises(ValueError, match="'rbcsf' reads"):
         run_policy_grid(env, params, configs, **common)

@@ -31,16 +31,22 @@ from jfl.envs import channel
 from jfl.envs.base import Environment, Metric
 from jfl.envs.rbcsf import _check_range
 
+# The paper's round deadline (§V-A: "the maximal interval τ_max = 5 seconds"). With its other
+# numbers a client's τ is 0.10–0.26 s, so at 5 s every μ_k = E[1 − τ_k/τ_max] is 0.93–0.98:
+# CS-UCB's confidence bonus dwarfs the differences and CS-UCB-Q's truncated index is 1 for every
+# client. jfl's default, 0.5 s, spreads the rewards with about 1% of selections failing (0.2 s
+# spreads them too but fails 11–24% of selections at 300 m); see SPEC §2.2, §9 and README.
+PAPER_TAU_MAX = 5.0
+DEFAULT_TAU_MAX = 0.5
+
 PRESETS = {
     # Fig. 1 and 3 of the paper: always available, K = 20 clients, N = 5 channels.
-    "ideal": {"num_clients": 20, "tau_max": 5.0, "availability": 1.0},
-    # Figs. 4–5: K = 3 at an equal 300 m, N = 2, availability 0.9, c = (0.6, 0.5, 0.4). τ_max is
-    # 0.2 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, the truncated index of
-    # CS-UCB-Q is 1 for every client and β cannot change anything (SPEC §2.2, §9).
+    "ideal": {"num_clients": 20, "tau_max": DEFAULT_TAU_MAX, "availability": 1.0},
+    # Figs. 4–5: K = 3 at an equal 300 m, N = 2, availability 0.9, c = (0.6, 0.5, 0.4).
     "fairness": {
         "num_clients": 3,
         "distance": (300.0, 300.0, 300.0),
-        "tau_max": 0.2,
+        "tau_max": DEFAULT_TAU_MAX,
         "availability": 0.9,
     },
 }
@@ -72,7 +78,10 @@ class WirelessParams:
     download_bits: float = 5e3  # m_0
     upload_bits: float = 5e3  # m_k
     samples_per_update: float = 2.0  # ϱ (the SGD mini-batch)
-    tau_max: float = 5.0  # s
+    tau_max: float = DEFAULT_TAU_MAX  # s (the paper's is PAPER_TAU_MAX)
+    # f[K] μ_k = E[r_k] of the run's layout, when known (e.g. estimated by Monte Carlo before
+    # the run): the environment then reports the pseudo-reward μ(S(t)) of each round.
+    mean_reward: jax.Array | None = None
 
     @property
     def num_clients(self) -> int:
@@ -98,6 +107,8 @@ class Feedback(NamedTuple):
     set_reward: jax.Array  # f[]  r(S(t)) = min r_k over the selected clients, 0 if none
     num_failed: jax.Array  # i[]  selected clients with τ_k = τ_max
     failed: jax.Array | None = None  # bool[K]  selected clients that hit τ_max (update lost)
+    # f[]  μ(S(t)) = min_{k∈S(t)} μ_k, 0 if none selected, NaN without params.mean_reward
+    mean_set_reward: jax.Array | None = None
 
 
 def paper_computing_speed(num_clients: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +131,7 @@ def make_params(
     *,
     distance=None,
     availability=1.0,
-    tau_max: float = 5.0,
+    tau_max: float = DEFAULT_TAU_MAX,
     phi_low=None,
     phi_high=None,
     radius: float = 500.0,
@@ -132,12 +143,16 @@ def make_params(
     download_bits: float = 5e3,
     upload_bits: float = 5e3,
     samples_per_update: float = 2.0,
+    mean_reward=None,
     dtype=jnp.float32,
 ) -> WirelessParams:
-    """Validated parameters; defaults are the paper's §V-A (the ``ideal`` preset).
+    """Validated parameters; defaults are the paper's §V-A (the ``ideal`` preset), except
+    ``tau_max``: 0.5 s instead of the paper's 5 s (``PAPER_TAU_MAX``, see above).
 
     ``availability``, ``phi_low``/``phi_high`` and ``distance`` take a scalar or one value per
-    client; ``phi_low``/``phi_high`` default to the paper's per-client formula.
+    client; ``phi_low``/``phi_high`` default to the paper's per-client formula. ``mean_reward``
+    (one μ_k in [0, 1] per client, e.g. from :func:`reward_statistics`) makes every round report
+    its pseudo-reward μ(S(t)).
     """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
@@ -163,6 +178,10 @@ def make_params(
         distance = _per_client("distance", distance, num_clients)
         _check_range("distance", distance, 0, np.inf, low_open=True)
         distance = jnp.asarray(distance, dtype)
+    if mean_reward is not None:
+        mean_reward = _per_client("mean_reward", mean_reward, num_clients)
+        _check_range("mean_reward", mean_reward, 0, 1)
+        mean_reward = jnp.asarray(mean_reward, dtype)
     return WirelessParams(
         phi_low=jnp.asarray(phi_low, dtype),
         phi_high=jnp.asarray(phi_high, dtype),
@@ -179,6 +198,7 @@ def make_params(
         upload_bits=float(upload_bits),
         samples_per_update=float(samples_per_update),
         tau_max=float(tau_max),
+        mean_reward=mean_reward,
     )
 
 
@@ -243,6 +263,11 @@ class WirelessEnv(Environment):
     round_metrics: ClassVar[dict[str, Metric]] = {
         "set_reward": Metric(("round",), "r(S(t)) = min_{k in S(t)} r_k(t), 0 if none selected"),
         "num_failed": Metric(("round",), "selected clients that hit tau_max (update lost)"),
+        "mean_set_reward": Metric(
+            ("round",),
+            "pseudo-reward mu(S(t)) = min_{k in S(t)} mu_k, 0 if none selected (NaN when the "
+            "run's mean rewards mu_k are not given)",
+        ),
     }
 
     def default_params(self, preset: str = "ideal", **overrides) -> WirelessParams:
@@ -285,9 +310,18 @@ class WirelessEnv(Environment):
             set_reward=jnp.where(any_selected, jnp.min(jnp.where(action, reward, 1.0)), 0.0),
             num_failed=jnp.sum(action & failed, dtype=jnp.int32),
             failed=action & failed,
+            mean_set_reward=self._mean_set_reward(action, any_selected, params),
         )
         next_state = state.replace(available=self._available(uniforms[3], params), t=state.t + 1)
         return Observation(available=next_state.available), next_state, feedback
+
+    @staticmethod
+    def _mean_set_reward(action, any_selected, params: WirelessParams):
+        """μ(S) = min_{k∈S} μ_k (the paper's proofs, App. A and D), 0 for S = ∅."""
+        if params.mean_reward is None:
+            return jnp.asarray(jnp.nan, params.phi_low.dtype)
+        lowest = jnp.min(jnp.where(action, params.mean_reward, jnp.inf))
+        return jnp.where(any_selected, lowest, 0.0).astype(params.phi_low.dtype)
 
     def delivered(self, action, feedback: Feedback):
         """Selected clients whose model update arrived: a client that hits τ_max has failed."""

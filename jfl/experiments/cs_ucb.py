@@ -147,12 +147,17 @@ def add_scenario(
     mu: np.ndarray,
     tau_max: float,
 ) -> xr.Dataset:
-    """c, α, the benchmark reward, Monte Carlo μ and τ_max as variables of a results dataset."""
+    """c, α, the benchmark reward, Monte Carlo μ, τ_max and the per-round cumulative
+    pseudo-regret (:func:`pseudo_regret_curve`) as variables of a results dataset."""
     ds["queue_rate"] = (("config", "client"), fairness)
     ds["availability_prob"] = (("config", "client"), availability)
     ds["benchmark_reward"] = (("config", "seed"), benchmark)
     ds["mean_reward"] = (("seed", "client"), mu)
     ds.attrs["tau_max"] = float(tau_max)
+    ds["pseudo_regret_t"] = pseudo_regret_curve(ds)
+    ds["pseudo_regret_t"].attrs["description"] = (
+        "t·r_bench − Σ_{s≤t} μ(S(s)): cumulative pseudo-regret after round t"
+    )
     return ds
 
 
@@ -166,30 +171,52 @@ def to_dataset(outputs, configs: pd.DataFrame, seeds, **scenario) -> xr.Dataset:
 # --------------------------------------------------------------------------- metrics
 
 
-def performance_gap(ds: xr.Dataset) -> xr.DataArray:
-    """Θ(t) = τ_max (t·r_bench − Σ_{s≤t} r(S(s))) per (config, seed, round) (Xia et al. §V-B).
+def _cumulative_regret(ds: xr.Dataset, reward: str) -> xr.DataArray:
+    # float64 sums: over thousands of rounds float32 loses seconds of Θ.
+    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
+    regret = rounds * ds["benchmark_reward"] - ds[reward].astype(np.float64).cumsum("round")
+    return regret.transpose("config", "seed", "round")
+
+
+def pseudo_regret_curve(ds: xr.Dataset) -> xr.DataArray:
+    """t·r_bench − Σ_{s≤t} μ(S(s)) per (config, seed, round): the regret the paper's proofs
+    bound (App. A: T·μ(S*) − Σ_t min_{k∈S(t)} μ_k; App. D with r* of LP (23)).
 
     ``r_bench`` is the ``benchmark_reward`` variable: μ(S*) of eq. (13) for CS-UCB, r* of the
-    linear program (23) for CS-UCB-Q; ``tau_max`` comes from the dataset's attributes.
+    linear program (23) for CS-UCB-Q; μ(S(t)) is the environment's ``mean_set_reward``, from the
+    same Monte Carlo μ_k as the benchmark.
     """
-    rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
-    regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).cumsum("round")
-    return (float(ds.attrs["tau_max"]) * regret).transpose("config", "seed", "round")
+    return _cumulative_regret(ds, "mean_set_reward")
+
+
+def performance_gap(ds: xr.Dataset, realised: bool = False) -> xr.DataArray:
+    """Θ(t) = τ_max × the cumulative pseudo-regret after round t (Xia et al. §V-B).
+
+    ``realised=True``: with the realised reward r(S(t)) = min_{k∈S(t)} r_k(t) in place of μ(S(t))
+    (it adds the gap E[min_k r_k] < min_k μ_k that no policy can avoid).
+    """
+    regret = _cumulative_regret(ds, "set_reward") if realised else pseudo_regret_curve(ds)
+    return float(ds.attrs["tau_max"]) * regret
 
 
 def add_gap_curves(ds: xr.Dataset) -> xr.Dataset:
-    """Per-round cumulative gap Θ(t), average gap θ(t) = Θ(t)/t and cumulative failed clients."""
+    """Per-round cumulative pseudo-regret, gap Θ(t), average gap θ(t) = Θ(t)/t, realised gap
+    and cumulative failed clients."""
     gap = performance_gap(ds)
     return ds.assign(
+        pseudo_regret_t=pseudo_regret_curve(ds),
         cumulative_gap_t=gap,
         average_gap_t=gap / ds["round"],
+        realised_gap_t=performance_gap(ds, realised=True),
         failed_clients_t=ds["num_failed"].cumsum("round"),
     )
 
 
 GAP_CURVES = {
+    "pseudo_regret": ("pseudo_regret_t", "cumulative pseudo-regret T·r_bench − Σ μ(S(t))"),
     "cumulative_gap": ("cumulative_gap_t", "cumulative performance gap Θ (s)"),
     "average_gap": ("average_gap_t", "average performance gap θ (s)"),
+    "realised_gap": ("realised_gap_t", "realised cumulative gap (s), min_k r_k(t) for μ(S(t))"),
     "failed_clients": ("failed_clients_t", "cumulative failed clients"),
 }
 
@@ -207,17 +234,21 @@ def plot_gap_curves(ds: xr.Dataset, folder, names, caption: str, configs=None) -
 
 
 def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
-    """Mean set reward and failed clients; with a benchmark, regret and the gaps Θ and θ."""
+    """Mean set reward and failed clients; with a benchmark, the pseudo-regret, the gaps Θ and θ
+    and their realised versions (SPEC §4)."""
     rounds = ds.sizes["round"]
     metrics = {
         "mean_set_reward": ds["set_reward"].mean("round"),
     }
     if "benchmark_reward" in ds:
-        # float64 sums: over thousands of rounds float32 loses seconds of Θ.
-        regret = rounds * ds["benchmark_reward"] - ds["set_reward"].astype(np.float64).sum("round")
-        metrics["regret"] = regret
-        metrics["cumulative_gap"] = float(ds.attrs["tau_max"]) * regret
-        metrics["average_gap"] = metrics["cumulative_gap"] / rounds
+        tau_max = float(ds.attrs["tau_max"])
+        pseudo = pseudo_regret_curve(ds).isel(round=-1, drop=True)
+        realised = _cumulative_regret(ds, "set_reward").isel(round=-1, drop=True)
+        metrics["pseudo_regret"] = pseudo
+        metrics["cumulative_gap"] = tau_max * pseudo
+        metrics["average_gap"] = tau_max * pseudo / rounds
+        metrics["realised_regret"] = realised
+        metrics["realised_gap"] = tau_max * realised
     metrics["failed_clients"] = ds["num_failed"].sum("round").astype(float)
     return metrics
 
@@ -233,8 +264,8 @@ class WirelessScenario(Sweep):
     """registered policies (cs_ucb, cs_ucb_q, modified_cs_ucb, random, round_robin)"""
     clients: int = 20
     """clients K"""
-    tau_max: float = 5.0
-    """round deadline τ_max (s) > 0"""
+    tau_max: float = 0.5
+    """round deadline τ_max (s) > 0; the paper's is 5 (its rewards then saturate: SPEC §2.2)"""
 
     environment: ClassVar[str] = "wireless"
 
@@ -301,6 +332,8 @@ class WirelessSweep(WirelessScenario):
                 tau_max=params.tau_max,
             )
 
+        # Each run reports μ(S(t)) from its own seed's μ_k, the benchmark's.
+        mean_reward = np.broadcast_to(mu.astype(np.float32), (len(configs), *mu.shape))
         return Plan(
             env,
             params,
@@ -311,7 +344,8 @@ class WirelessSweep(WirelessScenario):
             ),
             # Every policy's fairness queue and rate violation are measured against c.
             per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
-            env_hparams=("availability",),
+            per_seed={"mean_reward": mean_reward},
+            env_hparams=("availability", "mean_reward"),
             finish=finish,
             metadata={"benchmark": BENCHMARK_NOTES[self.benchmark], "tau_max": params.tau_max},
         )
@@ -325,11 +359,14 @@ class CsUcbIdeal(WirelessSweep):
     """CS-UCB against Random and Round-robin in the ideal scenario (Xia et al. §V-B, Figs. 1, 3).
 
     K = 20 always-available clients in a 500 m disc (a fresh layout per seed), N channels,
-    τ_max = 5 s. Regret is measured against μ(S*) of eq. (13), the best fixed set for the seed's
-    layout, with μ_k estimated by Monte Carlo; the gap is Θ = τ_max · regret and θ = Θ/T.
+    τ_max = 0.5 s (the paper's 5 s with ``--tau-max 5``: its rewards saturate, SPEC §2.2). The
+    pseudo-regret is T·μ(S*) − Σ_t μ(S(t)), against the best fixed set S* of eq. (13) for the
+    seed's layout, with μ_k estimated by Monte Carlo; the gaps are Θ = τ_max · pseudo-regret and
+    θ = Θ/T, and the realised versions use min_{k∈S(t)} r_k(t) for μ(S(t)).
 
         python sweeps/cs_ucb_ideal.py                     # Fig. 1 (N = 5) and Fig. 3 (N = 1…10)
         python sweeps/cs_ucb_ideal.py --N 5 --rounds 20000 --seeds 256 --out runs/fig1
+        python sweeps/cs_ucb_ideal.py --tau-max 5 --out runs/cs_ucb_ideal_paper_tau
     """
 
     N: Floats = tuple(float(n) for n in range(1, 11))
@@ -389,8 +426,8 @@ class CsUcbIdeal(WirelessSweep):
 class FairnessScenario(WirelessScenario):
     """The wireless ``fairness`` preset: K = 3 at an equal 300 m, N = 2, availability 0.9.
 
-    τ_max = 0.2 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
-    truncated index is 1 for every client and no β changes anything (SPEC §9).
+    τ_max = 0.5 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
+    truncated index is 1 for every client and no β changes anything (SPEC §2.2, §9).
     """
 
     policies: Names = ("cs_ucb_q", "modified_cs_ucb")
@@ -401,7 +438,6 @@ class FairnessScenario(WirelessScenario):
     """client distances (m) > 0: one value or one per client"""
     availability: float = 0.9
     """availability α in [0, 1]"""
-    tau_max: float = 0.2
 
     def check(self) -> None:
         super().check()

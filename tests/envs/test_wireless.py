@@ -17,6 +17,7 @@ import pytest
 from scipy import stats
 
 from jfl.envs.wireless import (
+    PAPER_TAU_MAX,
     PRESETS,
     WirelessEnv,
     client_times,
@@ -108,14 +109,16 @@ def test_unknown_preset_is_rejected():
 def test_presets_and_paper_defaults():
     """The presets hold the spec's values; φ bounds follow the paper's formula for k = 1..K."""
     ideal = preset_params("ideal")
-    assert ideal.num_clients == 20 and ideal.tau_max == 5.0 and ideal.distance is None
+    # τ_max: 0.5 s in both presets instead of the paper's 5 s (SPEC §2.2).
+    assert ideal.num_clients == 20 and ideal.tau_max == 0.5 and ideal.distance is None
+    assert PAPER_TAU_MAX == 5.0 and make_params().tau_max == 0.5
     np.testing.assert_array_equal(np.asarray(ideal.availability), 1.0)
     low, high = paper_speed_bounds(20)
     np.testing.assert_allclose(np.asarray(ideal.phi_low), low)
     np.testing.assert_allclose(np.asarray(ideal.phi_high), high)
     assert (low[0], high[0]) == (20.0, 40.0)
     fair = preset_params("fairness")
-    assert fair.num_clients == 3 and fair.tau_max == 0.2
+    assert fair.num_clients == 3 and fair.tau_max == 0.5
     np.testing.assert_allclose(np.asarray(fair.distance), 300.0)
     np.testing.assert_allclose(np.asarray(fair.availability), 0.9)
     assert set(PRESETS) == {"ideal", "fairness"}
@@ -261,8 +264,8 @@ def test_mean_reward_matches_reference_sample():
         se = reward.std(axis=0, ddof=1) * math.sqrt(1.0 / num_np + 1.0 / NUM_MC)
         diff = np.asarray(mu, float) - reward.mean(axis=0)
         assert np.all(np.abs(diff) <= 5 * se), (tau_max, diff, se)
-    # the fairness preset spreads the rewards (SPEC §2.2: means ≈ 0.12 / 0.19 / 0.24)
-    fair = preset_params("fairness")
+    # τ_max = 0.2 s at 300 m spreads the rewards (SPEC §2.2: means ≈ 0.12 / 0.19 / 0.24)
+    fair = preset_params("fairness", tau_max=0.2)
     mu, _ = REWARD_STATISTICS(jax.random.key(52), fair, fair.distance, NUM_MC)
     np.testing.assert_allclose(np.asarray(mu), [0.12, 0.19, 0.24], atol=0.015)
 
@@ -385,11 +388,28 @@ def test_step_feedback():
 
 
 def test_round_metrics():
-    """The declared round metrics are the set reward and the failure count of the feedback."""
+    """The declared round metrics are the set reward, the failure count and the pseudo-reward
+    μ(S) = min_{k∈S} μ_k of the feedback (NaN when the params hold no μ, 0 for S = ∅)."""
     params = make_params(4, distance=100.0)
     _, state = RESET(jax.random.key(100), params)
-    _, _, fb = STEP(jax.random.key(101), state, jnp.array([1, 0, 1, 0], bool), params)
+    action = jnp.array([1, 0, 1, 0], bool)
+    _, _, fb = STEP(jax.random.key(101), state, action, params)
     metrics = ENV.compute_round_metrics(fb)
-    assert list(metrics) == list(ENV.round_metrics) == ["set_reward", "num_failed"]
+    assert list(metrics) == list(ENV.round_metrics)
+    assert list(metrics) == ["set_reward", "num_failed", "mean_set_reward"]
     assert float(metrics["set_reward"]) == float(fb.set_reward)
     assert int(metrics["num_failed"]) == int(fb.num_failed)
+    assert np.isnan(float(metrics["mean_set_reward"]))
+    rng = np.random.default_rng(102)
+    for _ in range(20):
+        mu = rng.random(4)
+        chosen = rng.random(4) < 0.5
+        with_mu = make_params(4, distance=100.0, mean_reward=mu)
+        _, _, fb = STEP(jax.random.key(101), state, jnp.asarray(chosen), with_mu)
+        expected = mu[chosen].min() if chosen.any() else 0.0
+        assert float(fb.mean_set_reward) == pytest.approx(expected, rel=1e-6)
+        # μ only adds a metric: times and rewards are those of the same draws without it.
+        _, _, plain = STEP(jax.random.key(101), state, jnp.asarray(chosen), params)
+        np.testing.assert_array_equal(np.asarray(fb.time), np.asarray(plain.time))
+    with pytest.raises(ValueError, match="mean_reward"):
+        make_params(4, mean_reward=[0.5, 0.5, 0.5, 1.5])
