@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from jfl.envs import WirelessEnv
-from jfl.envs.wireless import PRESET_SETTINGS, preset_params
+from jfl.envs.wireless import PRESET_SETTINGS, make_params, preset_params
 from jfl.experiments.cs_ucb import seed_benchmarks
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
@@ -214,3 +214,18 @@ def test_cs_ucb_q_fairness_claims_long_run():
     _assert_positive(2000 - (out["last_unmet_round"][1] + 1.0), "2000 - rounds to meet c")
     rate = out["selection_count"] / 5000.0
     _assert_positive(FAIRNESS[0] - rate[0, :, 0], "c_1 - rate_1 at T=5000, β=1e-5")
+
+
+def test_cs_ucb_q_delay_grows_with_rho():
+    """Fig. 7 (K = 20, α = 0.9, N = 2, c_k = ρ/K for equal data sizes, β = 0.1): CS-UCB-Q's
+    delay Σ_t round time at ρ = 0.8 exceeds that at ρ = 0.2 (paired seeds, T = 1000)."""
+    params = make_params(20, availability=0.9)
+    spec = get("cs_ucb_q")
+    rhos = np.array([0.2, 0.8])
+    run = make_run(WirelessEnv(), params, spec.build(20, 2), 1000)
+    fairness = jnp.asarray(np.repeat(rhos[:, None] / 20, 20, axis=1), jnp.float32)
+    hparams = {k: jnp.full(2, v, jnp.float32) for k, v in spec.defaults().items()}
+    hparams.update(beta=jnp.full(2, 0.1, jnp.float32), fairness=fairness)
+    out = make_batched_run(run)(seed_keys(0, np.arange(FAST_SEEDS)), hparams, fairness)
+    delay = np.asarray(out.round_time, float).sum(-1)  # [rho, seed]
+    _assert_positive(delay[1] - delay[0], "delay(ρ=0.8) - delay(ρ=0.2), CS-UCB-Q")

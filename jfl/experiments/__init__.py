@@ -6,7 +6,7 @@ in the generic library imports this package.
 """
 
 from jfl.experiments.cocs import CocsHfl
-from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQFairness
+from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
 from jfl.experiments.fl import FlCocs, FlCsUcbQ, FlRbcsf
 from jfl.experiments.rbcsf import VBetaGrid
 
@@ -16,6 +16,7 @@ EXPERIMENTS = {
         VBetaGrid,
         CsUcbIdeal,
         CsUcbQFairness,
+        CsUcbQDelay,
         BetaRhoGrid,
         CocsHfl,
         FlRbcsf,
@@ -29,6 +30,7 @@ __all__ = [
     "BetaRhoGrid",
     "CocsHfl",
     "CsUcbIdeal",
+    "CsUcbQDelay",
     "CsUcbQFairness",
     "FlCocs",
     "FlCsUcbQ",

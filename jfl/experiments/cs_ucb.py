@@ -592,3 +592,128 @@ class BetaRhoGrid(FairnessSweep):
                     folder / f"heatmap_{policy}_{metric}.png",
                     f"{policy}: {title}",
                 )
+
+
+@dataclasses.dataclass(frozen=True)
+class CsUcbQDelay(WirelessScenario):
+    """Delay against the number of channels N for several fairness scales ρ (Xia et al. Fig. 7).
+
+    K = 20 clients in a 500 m disc (a fresh layout per seed), availability α = 0.9 (§V-C's
+    "for simplicity, we set α_k = 0.9"), fairness c_k = ρ s_k / Σ s (line ~429) with equal
+    dataset sizes s by default (the ideal scenario's "partitioned into the clients equally"; the
+    paper does not give s or α for Fig. 7, ``--samples`` and ``--availability`` change them). The
+    delay is the cumulative training time Σ_t max_{k∈S(t)} τ_k(t) (s). No regret benchmark: the
+    figure compares delays, so the LP (23) is not solved. Every ρ must be feasible for the
+    smallest N (Σ c = ρ ≤ E[min(N, |A|)]); an infeasible pair is refused before anything runs.
+    Policies that do not read c (the baselines) run once per N, with ρ left empty and their
+    fairness queues measured against c = 0.
+
+        python sweeps/cs_ucb_q_delay.py                              # about a minute
+        python sweeps/cs_ucb_q_delay.py --N 1:10:10 --rounds 20000 --seeds 32   # paper's size
+    """
+
+    policies: Names = ("cs_ucb_q", "modified_cs_ucb", "random", "round_robin")
+    N: Floats = (1.0, 2.0, 4.0, 6.0, 8.0, 10.0)
+    """channels N per round, integers 1 ≤ N ≤ K (one compiled program per policy and N)"""
+    rho: Floats = (0.2, 0.5, 0.8)
+    """fairness scale ρ ≥ 0 (c_k = ρ s_k / Σ s)"""
+    beta: Floats = (0.1,)
+    """CS-UCB-Q weight β in [0, 1]"""
+    samples: Floats = (1.0,)
+    """dataset sizes s_k > 0: one value (equal sizes) or one per client"""
+    availability: float = 0.9
+    """availability α in [0, 1]"""
+    seeds: int = 8
+    rounds: int = 2000
+    out: str = "runs/cs_ucb_q_delay"
+
+    name: ClassVar[str] = "cs_ucb_q_delay"
+    summary_columns: ClassVar[tuple[str, ...]] = tuple(
+        "policy N rho beta n_seeds delay delay_lo delay_hi mean_round_time failed_clients "
+        "max_rate_violation".split()
+    )
+
+    def check(self) -> None:
+        super().check()
+        for n in self.N:
+            if n != int(n) or not 1 <= n <= self.clients:
+                raise ValueError(f"--N must be integers in [1, --clients={self.clients}], got {n}")
+        checks.in_range("--rho", self.rho, 0.0)
+        checks.in_range("--availability", self.availability, 0.0, 1.0)
+        checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
+        check_hparams(self.policies, {"beta": self.beta})
+
+    def configs(self) -> pd.DataFrame:
+        from jfl.policies import get
+        from jfl.sweep import config_table
+
+        sizes = sorted({int(n) for n in self.N})
+        fair = [p for p in self.policies if "fairness" in get(p).hparams]
+        others = [p for p in self.policies if p not in fair]
+        tables = []
+        if fair:
+            shared = {"N": sizes, "rho": list(self.rho)}
+            tables.append(config_table(fair, {"beta": list(self.beta)}, shared=shared))
+        if others:
+            table = config_table(others, {"beta": list(self.beta)}, shared={"N": sizes})
+            tables.append(table.assign(rho=np.nan))
+        configs = pd.concat(tables, ignore_index=True)
+        configs = configs[["policy", "N", "rho", "beta", "queue_rate"]]
+        # One compiled program per (policy, N): group rows that way.
+        return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
+
+    def plan(self) -> Plan:
+        from jfl import sweep
+        from jfl.envs.wireless import WirelessEnv, make_params
+
+        params = make_params(self.clients, tau_max=self.tau_max, availability=self.availability)
+        configs = self.configs().drop(columns="queue_rate")
+        samples = checks.per_client("--samples", self.samples, self.clients)
+        fairness, availability = scenario_vectors(
+            configs.fillna({"rho": 0.0}),
+            self.clients,
+            availability=self.availability,
+            samples=samples,
+        )
+        sizes = configs["N"].to_numpy(int)
+        check_scenarios(configs, fairness, availability, sizes)
+
+        def finish(ds: xr.Dataset) -> xr.Dataset:
+            ds["queue_rate"] = (("config", "client"), fairness)
+            ds["availability_prob"] = (("config", "client"), availability)
+            ds.attrs["tau_max"] = float(params.tau_max)
+            return ds
+
+        return Plan(
+            WirelessEnv(),
+            params,
+            configs,
+            selection_size="N",
+            per_run_bytes=sweep.bytes_per_run(
+                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
+            ),
+            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
+            env_hparams=("availability",),
+            finish=finish,
+            metadata={"tau_max": params.tau_max},
+        )
+
+    def metrics(self, ds) -> dict:
+        return {
+            "delay": ds["round_time"].astype(np.float64).sum("round"),
+            "failed_clients": ds["num_failed"].sum("round").astype(float),
+        }
+
+    def figures(self, ds, summary, folder) -> None:
+        from jfl import plots
+
+        if summary["N"].nunique() > 1:
+            plots.plot_metric_vs(
+                summary,
+                "delay",
+                "N",
+                folder / "delay_vs_channels.png",
+                "delay Σ_t round time (s)",
+                f"Delay at T = {ds.sizes['round']} vs channels N, K = {ds.sizes['client']} "
+                f"(Xia Fig. 7, τ_max = {ds.attrs['tau_max']:g} s)",
+            )

@@ -21,6 +21,7 @@ from jfl.envs.wireless import make_params
 from jfl.experiments.cs_ucb import (
     BetaRhoGrid,
     CsUcbIdeal,
+    CsUcbQDelay,
     CsUcbQFairness,
     add_gap_curves,
     check_scenarios,
@@ -36,7 +37,12 @@ from jfl.runner import seed_keys
 from tests.golden import check_golden
 from tests.test_cli import _fails
 
-EXPERIMENTS = {"ideal": CsUcbIdeal, "fairness": CsUcbQFairness, "grid": BetaRhoGrid}
+EXPERIMENTS = {
+    "ideal": CsUcbIdeal,
+    "fairness": CsUcbQFairness,
+    "grid": BetaRhoGrid,
+    "delay": CsUcbQDelay,
+}
 C_DEFAULT = np.array([0.6, 0.5, 0.4])
 SAMPLES = np.array([1500.0, 1000.0, 500.0])
 ROUNDS = 20
@@ -211,7 +217,8 @@ def test_lp_benchmark_without_constraints_is_the_best_fixed_set():
 
 # --------------------------------------------------------------------------- bad input
 
-TINY = ["--seeds", "2", "--rounds", "10", "--mc-samples", "100", "--quiet", "--no-plots"]
+TINY_WITHOUT_BENCHMARK = ["--seeds", "2", "--rounds", "10", "--quiet", "--no-plots"]
+TINY = [*TINY_WITHOUT_BENCHMARK, "--mc-samples", "100"]
 POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wireless' does not"
 
 
@@ -278,12 +285,23 @@ POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wire
         ("grid", ["--mc-samples", "0"], "--mc-samples must be an integer >= 1, got 0"),
         ("grid", ["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
         ("grid", ["--resume", "--overwrite"], "exclude each other"),
+        ("delay", ["--N", "0"], "--N must be integers in [1, --clients=20], got 0.0"),
+        ("delay", ["--N", "1.5"], "--N must be integers in [1, --clients=20], got 1.5"),
+        ("delay", ["--rho", "-0.1"], "--rho must be in [0, inf), got [-0.1]"),
+        ("delay", ["--rho", "1.5"], "N=1, rho=1.5, beta=0.1): fairness is infeasible: sum c = 1.5"),
+        ("delay", ["--beta", "2"], "beta must be in [0.0, 1.0], got [2.0]"),
+        ("delay", ["--samples", "1,2"], "--samples: expected 1 or --clients=20 values, got 2"),
+        ("delay", ["--samples", "-1"], "--samples must be in (0, inf)"),
+        ("delay", ["--availability", "1.5"], "--availability must be in [0, 1], got 1.5"),
+        ("delay", ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
+        ("delay", ["--policies", "cs_ucb_q,magic"], "--policies: unknown policy 'magic'"),
     ],
 )
 def test_bad_input_fails_early_with_one_line(experiment, argv, expected, capsys, tmp_path):
     """Each bad flag exits with status 2 and one line naming it; --out is not created."""
     out = tmp_path / "out"
-    line = _fails(EXPERIMENTS[experiment], [*TINY, *argv, "--out", str(out)], capsys)
+    tiny = TINY_WITHOUT_BENCHMARK if experiment == "delay" else TINY
+    line = _fails(EXPERIMENTS[experiment], [*tiny, *argv, "--out", str(out)], capsys)
     assert expected in line
     assert not out.exists()
 
@@ -511,6 +529,43 @@ def test_gap_metrics_recomputed_from_results(which, request):
     np.testing.assert_array_equal(
         curves["failed_clients_t"].isel(round=-1), metrics["failed_clients"]
     )
+
+
+@pytest.fixture(scope="module")
+def delay_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("delay") / "out"
+    argv = ["--clients", "6", "--N", "2,1", "--rho", "0.2,0.6", "--policies", "cs_ucb_q,random"]
+    argv += ["--rounds", str(ROUNDS), "--seeds", "2", "--quiet", "--out", str(out)]
+    assert cli.main(CsUcbQDelay, argv, prog="prog") == 0
+    return {
+        "out": out,
+        "summary": pd.read_csv(out / "summary.csv"),
+        "ds": load_dataset(out / "results.nc"),
+        "metadata": json.loads((out / "metadata.json").read_text()),
+    }
+
+
+def test_delay_end_to_end(delay_run):
+    """Fig. 7's sweep: CS-UCB-Q per (N, ρ) with c = ρ s/Σs, the baseline once per N with ρ
+    empty and c = 0; delay = Σ_t round time per seed, averaged; the figure is written."""
+    summary, ds = delay_run["summary"], delay_run["ds"]
+    assert (delay_run["out"] / "figures" / "delay_vs_channels.png").stat().st_size > 1000
+    assert delay_run["metadata"]["config"]["experiment"] == "cs_ucb_q_delay"
+    assert delay_run["metadata"]["tau_max"] == pytest.approx(0.5)
+    rows = list(zip(summary["policy"], summary["N"], summary["rho"].fillna(-1), strict=True))
+    assert rows == [
+        ("cs_ucb_q", 1, 0.2), ("cs_ucb_q", 1, 0.6), ("random", 1, -1),
+        ("cs_ucb_q", 2, 0.2), ("cs_ucb_q", 2, 0.6), ("random", 2, -1),
+    ]  # fmt: skip
+    assert np.isnan(summary.loc[summary["policy"] == "random", "beta"]).all()
+    rho = np.nan_to_num(ds["rho"].to_numpy())
+    np.testing.assert_allclose(ds["queue_rate"], np.repeat(rho[:, None] / 6, 6, axis=1))
+    np.testing.assert_array_equal(ds["availability_prob"], 0.9)
+    delay = ds["round_time"].to_numpy().astype(float).sum(axis=2).mean(axis=1)
+    np.testing.assert_allclose(summary["delay"], delay, rtol=1e-6)
+    np.testing.assert_array_equal(ds["num_selected"] <= ds["N"], True)
+    # The baseline ignores c: its rounds are those of any other ρ (common random numbers).
+    assert {"delay_lo", "delay_hi", "failed_clients", "max_rate_violation"} <= set(summary)
 
 
 def test_running_again_reuses_the_directory_and_other_settings_are_refused(fairness_run, capsys):
