@@ -256,6 +256,13 @@ def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 # --------------------------------------------------------------------------- experiments
 
 
+def check_channel_list(channels, clients: int) -> None:
+    """``--N`` as a list: integers in [1, K] (one compiled program per value)."""
+    for n in channels:
+        if n != int(n) or not 1 <= n <= clients:
+            raise ValueError(f"--N must be integers in [1, --clients={clients}], got {n}")
+
+
 @dataclasses.dataclass(frozen=True)
 class WirelessScenario(Sweep):
     """A sweep of the ``wireless`` environment (the CS-UCB family's policies)."""
@@ -384,9 +391,7 @@ class CsUcbIdeal(WirelessSweep):
 
     def check(self) -> None:
         super().check()
-        for n in self.N:
-            if n != int(n) or not 1 <= n <= self.clients:
-                raise ValueError(f"--N must be integers in [1, --clients={self.clients}], got {n}")
+        check_channel_list(self.N, self.clients)
 
     def configs(self) -> pd.DataFrame:
         from jfl.sweep import config_table
@@ -635,9 +640,7 @@ class CsUcbQDelay(WirelessScenario):
 
     def check(self) -> None:
         super().check()
-        for n in self.N:
-            if n != int(n) or not 1 <= n <= self.clients:
-                raise ValueError(f"--N must be integers in [1, --clients={self.clients}], got {n}")
+        check_channel_list(self.N, self.clients)
         checks.in_range("--rho", self.rho, 0.0)
         checks.in_range("--availability", self.availability, 0.0, 1.0)
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
