@@ -365,6 +365,7 @@ def _check_common_outputs(run, figures, tau_max, benchmark_word):
     metadata = run["metadata"]
     assert {"benchmark", "tau_max", "config", "versions", "git_commit"} <= set(metadata)
     assert metadata["tau_max"] == pytest.approx(tau_max)
+    assert "not the paper's 5 s" in metadata["tau_max_note"]
     assert benchmark_word in metadata["benchmark"]
     summary = run["summary"]
     assert set(REGRET_COLUMNS) <= set(summary.columns)
@@ -552,6 +553,7 @@ def test_delay_end_to_end(delay_run):
     assert (delay_run["out"] / "figures" / "delay_vs_channels.png").stat().st_size > 1000
     assert delay_run["metadata"]["config"]["experiment"] == "cs_ucb_q_delay"
     assert delay_run["metadata"]["tau_max"] == pytest.approx(0.5)
+    assert "not the paper's 5 s" in delay_run["metadata"]["tau_max_note"]
     rows = list(zip(summary["policy"], summary["N"], summary["rho"].fillna(-1), strict=True))
     assert rows == [
         ("cs_ucb_q", 1, 0.2), ("cs_ucb_q", 1, 0.6), ("random", 1, -1),
