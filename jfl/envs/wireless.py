@@ -5,7 +5,9 @@ K clients sit in a disc around the access point (AP). Each round, client k's tim
     τ_k = min(τ_D + τ_U + τ_LU, τ_max),   τ_D = m_0 / (W R_D),  τ_U = m_k / (W R_U),  τ_LU = ϱ/φ_k
 
 (eqs. 4, 32–36), with average rates ``R = log2(1 + p |h|² 10^(-PL/10) / σ²)``, Rayleigh fading
-``|h|² ~ Exp(1)`` drawn independently for the downlink and the uplink, path loss
+``|h|² ~ Exp(1)`` drawn independently for the downlink and the uplink (with ``coherence_slots``
+L > 1, R is the mean of L independently faded rates: a transfer that spans L coherence slots,
+§V line ~355), path loss
 ``PL[dB] = 128.1 + 37.6 log10(d / 1 km)`` and computing speed ``φ_k ~ U[φ_lo_k, φ_hi_k]``. A client
 with ``τ_k = τ_max`` is a *failed* client. The normalised reward is ``r_k = 1 - τ_k / τ_max`` and a
 selected set earns ``r(S) = min_{k∈S} r_k`` (§III-B); a round where nobody is selected earns 0.
@@ -79,6 +81,9 @@ class WirelessParams:
     upload_bits: float = 5e3  # m_k
     samples_per_update: float = 2.0  # ϱ (the SGD mini-batch)
     tau_max: float = DEFAULT_TAU_MAX  # s (the paper's is PAPER_TAU_MAX)
+    # L: independent fading draws per link and round whose rates are averaged (a transfer spans
+    # several coherence slots, §V line ~355); 1 is one draw per round. A shape: static.
+    coherence_slots: int = struct.field(pytree_node=False, default=1)
     # f[K] μ_k = E[r_k] of the run's layout, when known (e.g. estimated by Monte Carlo before
     # the run): the environment then reports the pseudo-reward μ(S(t)) of each round.
     mean_reward: jax.Array | None = None
@@ -143,6 +148,7 @@ def make_params(
     download_bits: float = 5e3,
     upload_bits: float = 5e3,
     samples_per_update: float = 2.0,
+    coherence_slots: int = 1,
     mean_reward=None,
     dtype=jnp.float32,
 ) -> WirelessParams:
@@ -150,7 +156,8 @@ def make_params(
     ``tau_max``: 0.5 s instead of the paper's 5 s (``PAPER_TAU_MAX``, see above).
 
     ``availability``, ``phi_low``/``phi_high`` and ``distance`` take a scalar or one value per
-    client; ``phi_low``/``phi_high`` default to the paper's per-client formula. ``mean_reward``
+    client; ``phi_low``/``phi_high`` default to the paper's per-client formula.
+    ``coherence_slots`` L averages each link's rate over L independent fades. ``mean_reward``
     (one μ_k in [0, 1] per client, e.g. from :func:`reward_statistics`) makes every round report
     its pseudo-reward μ(S(t)).
     """
@@ -174,6 +181,10 @@ def make_params(
     _check_range("download_bits", download_bits, 0, np.inf)
     _check_range("upload_bits", upload_bits, 0, np.inf)
     _check_range("samples_per_update", samples_per_update, 0, np.inf)
+    if isinstance(coherence_slots, bool) or not isinstance(coherence_slots, int | np.integer):
+        raise ValueError(f"coherence_slots must be an integer >= 1, got {coherence_slots!r}")
+    if coherence_slots < 1:
+        raise ValueError(f"coherence_slots must be an integer >= 1, got {coherence_slots!r}")
     if distance is not None:
         distance = _per_client("distance", distance, num_clients)
         _check_range("distance", distance, 0, np.inf, low_open=True)
@@ -198,6 +209,7 @@ def make_params(
         upload_bits=float(upload_bits),
         samples_per_update=float(samples_per_update),
         tau_max=float(tau_max),
+        coherence_slots=int(coherence_slots),
         mean_reward=mean_reward,
     )
 
@@ -218,28 +230,41 @@ def mean_snr(distance, params: WirelessParams):
     return channel.unit_snr(params.tx_power_dbm - params.noise_dbm, path_loss)
 
 
-def _transfer_time(bits, snr, fading, bandwidth):
+def _transfer_time(bits, snr, uniforms, bandwidth):
+    """bits / (W R̄) with R̄ the mean of log2(1 + snr |h_l|²) over the rows of ``uniforms``."""
+    fading = -jnp.log1p(-uniforms)  # |h|² ~ Exp(1)
     rate = channel.spectral_efficiency(snr, fading, accurate=False)
+    if rate.shape[0] > 1:
+        rate = jnp.mean(rate, axis=0)
+    else:
+        rate = rate[0]  # one slot: the paper's single draw, bit for bit
     # bits = 0 (nothing to send) takes no time even through a zero-gain fade (0/0 otherwise).
     return jnp.where(bits > 0, bits / (bandwidth * rate), 0.0)
 
 
-def client_times(uniforms, distance, params: WirelessParams):
-    """τ_k (eq. 4) and the failure indicator from three rows of U[0, 1) draws.
+def num_draws(params: WirelessParams) -> int:
+    """Rows of U[0, 1) draws one round's client times read (see :func:`client_times`)."""
+    return 1 + 2 * params.coherence_slots
 
-    Rows: downlink fading, uplink fading (|h|² = -log(1 - u) ~ Exp(1)), computing speed.
-    Returns ``(time f[K], failed bool[K])``.
+
+def client_times(uniforms, distance, params: WirelessParams):
+    """τ_k (eq. 4) and the failure indicator from ``num_draws(params)`` rows of U[0, 1) draws.
+
+    Rows: downlink fading, uplink fading (|h|² = -log(1 - u) ~ Exp(1)), computing speed, then
+    with L = ``coherence_slots`` > 1 the other L − 1 downlink and L − 1 uplink fades (each
+    link's rate is the mean over its L slots). Returns ``(time f[K], failed bool[K])``.
     """
     return _times_given_snr(uniforms, mean_snr(distance, params), params)
 
 
 def _times_given_snr(uniforms, snr, params: WirelessParams):
-    fading_down = -jnp.log1p(-uniforms[0])
-    fading_up = -jnp.log1p(-uniforms[1])
+    extra = params.coherence_slots - 1
+    down = jnp.concatenate([uniforms[0:1], uniforms[3 : 3 + extra]])
+    up = jnp.concatenate([uniforms[1:2], uniforms[3 + extra : 3 + 2 * extra]])
     phi = params.phi_low + (params.phi_high - params.phi_low) * uniforms[2]
     total = (
-        _transfer_time(params.download_bits, snr, fading_down, params.bandwidth)
-        + _transfer_time(params.upload_bits, snr, fading_up, params.bandwidth)
+        _transfer_time(params.download_bits, snr, down, params.bandwidth)
+        + _transfer_time(params.upload_bits, snr, up, params.bandwidth)
         + params.samples_per_update / phi
     )
     failed = total >= params.tau_max
@@ -297,9 +322,15 @@ class WirelessEnv(Environment):
 
     def step(self, key, state: WirelessState, action, params: WirelessParams):
         """Play ``action`` (bool[K]); return the next observation and this round's feedback."""
-        # One PRNG call per round: fading both ways, computing speed, next round's availability.
+        # One PRNG call per round: fading both ways, computing speed, next round's availability
+        # (a second one for the other coherence slots' fades, so that L = 1 keeps its bits).
         uniforms = jax.random.uniform(key, (4, params.num_clients), params.phi_low.dtype)
-        time, failed = _times_given_snr(uniforms[:3], state.snr, params)
+        draws = uniforms[:3]
+        if params.coherence_slots > 1:
+            shape = (num_draws(params) - 3, params.num_clients)
+            more = jax.random.uniform(jax.random.fold_in(key, 1), shape, params.phi_low.dtype)
+            draws = jnp.concatenate([draws, more])
+        time, failed = _times_given_snr(draws, state.snr, params)
         action = jnp.asarray(action, bool)
         reward = (params.tau_max - time) / params.tau_max  # exactly 0 for a failed client
         any_selected = jnp.any(action)
@@ -341,7 +372,8 @@ def reward_statistics(key, params: WirelessParams, distance, num_samples: int = 
     keys = jax.random.split(key, num_batches)
 
     def one_batch(k):
-        u = jax.random.uniform(k, (batch, 3, params.num_clients), params.phi_low.dtype)
+        shape = (batch, num_draws(params), params.num_clients)
+        u = jax.random.uniform(k, shape, params.phi_low.dtype)
         time, failed = jax.vmap(client_times, in_axes=(0, None, None))(u, distance, params)
         return jnp.sum(1.0 - time / params.tau_max, axis=0), jnp.sum(failed, axis=0)
 

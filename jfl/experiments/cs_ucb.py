@@ -285,6 +285,8 @@ class WirelessScenario(Sweep):
     """clients K"""
     tau_max: float = 0.5
     """round deadline τ_max (s) > 0; the paper's is 5 (its rewards then saturate: SPEC §2.2)"""
+    coherence_slots: int = 1
+    """fades per link and round whose rates are averaged (§V line ~355), an integer ≥ 1"""
 
     environment: ClassVar[str] = "wireless"
 
@@ -292,6 +294,7 @@ class WirelessScenario(Sweep):
         super().check()
         checks.integer("--clients", self.clients)
         checks.positive("--tau-max", self.tau_max)
+        checks.integer("--coherence-slots", self.coherence_slots)
         check_policies(self.policies, self.environment)
 
 
@@ -420,7 +423,12 @@ class CsUcbIdeal(WirelessSweep):
     def params(self):
         from jfl.envs.wireless import make_params
 
-        return make_params(self.clients, tau_max=self.tau_max, availability=1.0)
+        return make_params(
+            self.clients,
+            tau_max=self.tau_max,
+            availability=1.0,
+            coherence_slots=self.coherence_slots,
+        )
 
     def fairness_vectors(self, configs):
         return scenario_vectors(configs, self.clients, availability=1.0)
@@ -475,6 +483,7 @@ class FairnessScenario(WirelessScenario):
             distance=checks.per_client("--distance", self.distance, self.clients),
             availability=self.availability,
             tau_max=self.tau_max,
+            coherence_slots=self.coherence_slots,
         )
 
 
@@ -686,7 +695,12 @@ class CsUcbQDelay(WirelessScenario):
         from jfl import sweep
         from jfl.envs.wireless import WirelessEnv, make_params
 
-        params = make_params(self.clients, tau_max=self.tau_max, availability=self.availability)
+        params = make_params(
+            self.clients,
+            tau_max=self.tau_max,
+            availability=self.availability,
+            coherence_slots=self.coherence_slots,
+        )
         configs = self.configs().drop(columns="queue_rate")
         samples = checks.per_client("--samples", self.samples, self.clients)
         fairness, availability = scenario_vectors(

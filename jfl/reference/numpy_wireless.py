@@ -88,16 +88,6 @@ def snr_numpy(
     return 10.0 ** ((tx_power_dbm - noise_dbm - path_loss_db) / 10.0)
 
 
-def _transfer_time(bits: float, snr, gain, bandwidth: float) -> np.ndarray:
-    """bits / (W log2(1 + snr·gain)); 0 when there is nothing to send, inf for a zero rate."""
-    gain = np.asarray(gain, float)
-    if bits == 0:
-        return np.zeros(np.broadcast_shapes(np.shape(snr), gain.shape))
-    rate = np.log2(1.0 + snr * gain)
-    with np.errstate(divide="ignore"):
-        return bits / (bandwidth * rate)
-
-
 def client_times_numpy(
     uniforms,
     distance,
@@ -112,12 +102,15 @@ def client_times_numpy(
     download_bits: float = PAPER["download_bits"],
     upload_bits: float = PAPER["upload_bits"],
     samples_per_update: float = PAPER["samples_per_update"],
+    coherence_slots: int = 1,
 ):
-    """τ_k (eq. 4) and the failure indicator from three rows of U[0, 1) draws.
+    """τ_k (eq. 4) and the failure indicator from 1 + 2L rows of U[0, 1) draws.
 
-    ``uniforms`` has shape [..., 3, K]: rows downlink fading, uplink fading (``g = −ln(1 − u)``,
-    so g ~ Exp(1)) and computing speed (``φ = φ_lo + (φ_hi − φ_lo) u``). ``phi_low``/``phi_high``
-    default to the paper's per-client bounds. Returns ``(time [..., K], failed [..., K])``.
+    ``uniforms`` has shape [..., 1 + 2L, K] (L = ``coherence_slots``): rows downlink fading,
+    uplink fading (``g = −ln(1 − u)``, so g ~ Exp(1)), computing speed
+    (``φ = φ_lo + (φ_hi − φ_lo) u``), then the other L − 1 downlink and L − 1 uplink fades; each
+    link's rate is the mean of log2(1 + snr g) over its L fades. ``phi_low``/``phi_high`` default
+    to the paper's per-client bounds. Returns ``(time [..., K], failed [..., K])``.
     """
     uniforms = np.asarray(uniforms, float)
     num_clients = uniforms.shape[-1]
@@ -126,12 +119,19 @@ def client_times_numpy(
     phi_high = default_high if phi_high is None else np.asarray(phi_high, float)
     snr = snr_numpy(distance, tx_power_dbm, noise_dbm, path_loss_intercept, path_loss_slope)
 
-    gain_down = -np.log1p(-uniforms[..., 0, :])
-    gain_up = -np.log1p(-uniforms[..., 1, :])
     speed = phi_low + (phi_high - phi_low) * uniforms[..., 2, :]
+    rows_down = [0] + [3 + slot for slot in range(coherence_slots - 1)]
+    rows_up = [1] + [3 + coherence_slots - 1 + slot for slot in range(coherence_slots - 1)]
 
-    download = _transfer_time(download_bits, snr, gain_down, bandwidth)
-    upload = _transfer_time(upload_bits, snr, gain_up, bandwidth)
+    def transfer(bits, rows):
+        if bits == 0:
+            return np.zeros(np.broadcast_shapes(np.shape(snr), uniforms[..., 0, :].shape))
+        rates = [np.log2(1.0 + snr * -np.log1p(-uniforms[..., row, :])) for row in rows]
+        with np.errstate(divide="ignore"):
+            return bits / (bandwidth * (sum(rates) / len(rates)))
+
+    download = transfer(download_bits, rows_down)
+    upload = transfer(upload_bits, rows_up)
     local_update = samples_per_update / speed
     total = download + upload + local_update
     failed = total >= tau_max

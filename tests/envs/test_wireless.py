@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from jfl.envs import wireless
 from jfl.envs.wireless import (
     PAPER_TAU_MAX,
     PRESETS,
@@ -68,6 +69,7 @@ def reference_kwargs(params):
         "download_bits": params.download_bits,
         "upload_bits": params.upload_bits,
         "samples_per_update": params.samples_per_update,
+        "coherence_slots": params.coherence_slots,
     }
 
 
@@ -136,6 +138,7 @@ def test_presets_and_paper_defaults():
         {"tau_max": 0.2},
         {"tau_max": 0.3, "upload_bits": 0.0, "samples_per_update": 0.0},
         {"tau_max": 1.0, "download_bits": 2e4, "bandwidth": 1e4, "noise_dbm": -100.0},
+        {"tau_max": 0.3, "coherence_slots": 3},
     ],
 )
 def test_client_times_match_reference(overrides):
@@ -145,8 +148,9 @@ def test_client_times_match_reference(overrides):
     num_clients, num_draws = 16, 2000
     params = make_params(num_clients, **overrides)
     distance = rng.uniform(10.0, 1500.0, num_clients).astype(np.float32)
-    uniforms = rng.random((num_draws, 3, num_clients)).astype(np.float32)
-    uniforms[0, :2, 0] = 0.0  # zero fading gain: infinite transfer time
+    rows = wireless.num_draws(params)
+    uniforms = rng.random((num_draws, rows, num_clients)).astype(np.float32)
+    uniforms[0, :, 0] = 0.0  # zero fading gains: infinite transfer time
     time, failed = CLIENT_TIMES(jnp.asarray(uniforms), jnp.asarray(distance), params)
     time, failed = np.asarray(time), np.asarray(failed)
     want_time, want_failed = client_times_numpy(
@@ -162,6 +166,41 @@ def test_client_times_match_reference(overrides):
     np.testing.assert_array_equal(failed[clear], want_failed[clear])
     assert 0 < want_failed.mean() < 1
     assert failed[0, 0] and time[0, 0] == np.float32(params.tau_max)
+
+
+def test_coherence_slots_average_the_rate_to_the_ergodic_capacity():
+    """With L slots the rate is the mean of log2(1 + snr g_l), g_l ~ Exp(1): for large L it tends
+    to the ergodic capacity e^{1/snr} E1(1/snr) / ln 2 (closed form), within 5 standard errors of
+    a mean of L draws; with L = 1 a round's times come from the first three rows of its draw (the
+    golden runs check that the bits did not change)."""
+    from scipy.special import exp1
+
+    slots, num_clients = 4096, 5
+    distance = np.array([50.0, 150.0, 300.0, 450.0, 500.0])
+    params = make_params(
+        num_clients, distance=distance, coherence_slots=slots, upload_bits=0.0,
+        samples_per_update=0.0, tau_max=1e6,
+    )  # fmt: skip
+    uniforms = jax.random.uniform(jax.random.key(7), (wireless.num_draws(params), num_clients))
+    time, _ = jax.jit(client_times)(uniforms, params.distance, params)
+    rate = params.download_bits / (params.bandwidth * np.asarray(time, float))
+    snr = np.asarray(mean_snr(distance, params), float)
+    capacity = np.exp(1.0 / snr) * exp1(1.0 / snr) / math.log(2.0)
+    # std of log2(1 + snr g) by a large NumPy sample (the closed form needs special functions).
+    sample = np.log2(1.0 + snr * np.random.default_rng(8).exponential(size=(200_000, 1)))
+    standard_error = sample.std(axis=0) / math.sqrt(slots)
+    assert np.all(np.abs(rate - capacity) <= 5 * standard_error), (rate, capacity)
+
+    one = make_params(num_clients, distance=distance)
+    assert one.coherence_slots == 1 and wireless.num_draws(one) == 3
+    key = jax.random.key(9)
+    _, state = RESET(key, one)
+    _, _, feedback = STEP(key, state, jnp.ones(num_clients, bool), one)
+    draws = jax.random.uniform(key, (4, num_clients))[:3]
+    expected, _ = client_times(draws, one.distance, one)
+    np.testing.assert_allclose(np.asarray(feedback.time), np.asarray(expected), rtol=1e-6)
+    with pytest.raises(ValueError, match="coherence_slots must be an integer >= 1, got 0"):
+        make_params(3, coherence_slots=0)
 
 
 def test_mean_snr_matches_reference():
@@ -253,12 +292,15 @@ def test_mean_reward_matches_reference_sample():
     of the reference, within 5 standard errors of the difference of the two means."""
     rng = np.random.default_rng(50)
     distance = np.array([20.0, 150.0, 300.0, 500.0])
-    for tau_max in (0.2, 5.0):
-        params = make_params(distance.size, distance=distance, tau_max=tau_max)
+    for tau_max, slots in ((0.2, 1), (5.0, 1), (0.5, 3)):
+        params = make_params(
+            distance.size, distance=distance, tau_max=tau_max, coherence_slots=slots
+        )
         mu, _ = REWARD_STATISTICS(jax.random.key(51), params, params.distance, NUM_MC)
         num_np = 100_000
+        rows = wireless.num_draws(params)
         time, _ = client_times_numpy(
-            rng.random((num_np, 3, distance.size)), distance, **(reference_kwargs(params))
+            rng.random((num_np, rows, distance.size)), distance, **(reference_kwargs(params))
         )
         reward = 1.0 - time / tau_max
         se = reward.std(axis=0, ddof=1) * math.sqrt(1.0 / num_np + 1.0 / NUM_MC)

@@ -114,6 +114,9 @@ def test_check_scenarios_names_the_configuration():
 def test_per_client_scenario_values_repeat_one_value():
     """``--distance``/``--fairness``/``--samples``: one value for all clients or one each."""
     params = CsUcbQFairness(distance=(300.0,)).params()
+    assert params.coherence_slots == 1
+    assert CsUcbQFairness(coherence_slots=4).params().coherence_slots == 4
+    assert CsUcbIdeal(coherence_slots=3).params().coherence_slots == 3
     np.testing.assert_array_equal(params.distance, [300.0, 300.0, 300.0])
     params = CsUcbQFairness(distance=(100.0, 200.0, 300.0), availability=0.5).params()
     np.testing.assert_array_equal(params.distance, [100.0, 200.0, 300.0])
@@ -295,6 +298,9 @@ POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wire
         ("delay", ["--availability", "1.5"], "--availability must be in [0, 1], got 1.5"),
         ("delay", ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
         ("delay", ["--policies", "cs_ucb_q,magic"], "--policies: unknown policy 'magic'"),
+        ("ideal", ["--coherence-slots", "0"], "--coherence-slots must be an integer >= 1, got 0"),
+        ("fairness", ["--coherence-slots", "1.5"], "--coherence-slots"),
+        ("delay", ["--coherence-slots", "-2"], "--coherence-slots must be an integer >= 1"),
     ],
 )
 def test_bad_input_fails_early_with_one_line(experiment, argv, expected, capsys, tmp_path):
