@@ -63,6 +63,9 @@ class Sweep:
 
     name: ClassVar[str] = "sweep"
     summary_columns: ClassVar[tuple[str, ...]] = ()
+    # Whether the experiment trains a model (jfl.fl): only then can policies read the learner's
+    # per-client signals (e.g. local_accuracy).
+    trains: ClassVar[bool] = False
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the flag of the first bad value (subclasses extend)."""

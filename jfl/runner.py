@@ -27,7 +27,7 @@ from jfl.envs import ENVIRONMENTS
 from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
 from jfl.kernels import virtual_queue_update
 from jfl.kernels.reduce import pairwise_mean
-from jfl.policies.base import Policy
+from jfl.policies.base import LearnerObservation, Policy, check_signals
 
 # Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc). The
 # environment declares its own per-round metrics (``Environment.round_metrics``).
@@ -184,7 +184,11 @@ def make_run(
     selected clients train, the models the environment ``delivered`` are aggregated, and the
     simulated wall-clock advances by the round time; the test accuracy is evaluated at round 0
     and every ``eval_every`` rounds (default: only at the end; it must divide ``num_rounds``).
-    ``run`` then takes the ``jfl.fl.FederatedData`` as its fourth argument.
+    ``run`` then takes the ``jfl.fl.FederatedData`` as its fourth argument. A policy that reads
+    learner signals (``Policy.signals``, e.g. each client's local accuracy) gets them, computed
+    from the learner's model before each selection, in a ``LearnerObservation``; other policies
+    get the environment's observation and cost no evaluation. Such a policy without a learner
+    that computes its signals is refused here, before anything compiles.
     """
     if not isinstance(env, Environment):
         raise TypeError(f"env must be a jfl.envs.Environment, got {type(env).__name__}")
@@ -205,6 +209,8 @@ def make_run(
                 f"eval_every must be an integer >= 1 that divides num_rounds={num_rounds}, "
                 f"got {eval_every!r}"
             )
+    signals = tuple(getattr(policy, "signals", ()))
+    check_signals(signals, learner)
     extra_names = [
         name
         for name in output_dims(env, learner=learner is not None, trajectories=trajectories)
@@ -237,11 +243,15 @@ def make_run(
         def one_round(carry: Carry, xs):
             obs, env_state, policy_state, queue, count, last_unmet, training = carry
             k_select, k_step, t, *k_train_t = xs
-            action = policy.select(k_select, policy_state, obs, hparams)
+            seen = obs
+            if signals:
+                values = learner.signals(training.model, data, hparams)
+                seen = LearnerObservation(obs, {name: values[name] for name in signals})
+            action = policy.select(k_select, policy_state, seen, hparams)
             action = action & obs.available  # defensive: a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
             chex.assert_shape(feedback.round_time, ())
-            policy_state = policy.update(policy_state, obs, action, feedback, hparams)
+            policy_state = policy.update(policy_state, seen, action, feedback, hparams)
             # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
             selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
             queue = virtual_queue_update(queue, queue_rate, selected)

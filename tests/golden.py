@@ -8,8 +8,9 @@ code around must leave every value unchanged; a change that means to change resu
 fix) regenerates the files it changes and says so. Regenerated so far: ``cocs_hfl`` and
 ``fl_cocs`` when the COCS family took the paper's baselines and its selections a random
 tie-break, ``cocs_hfl`` again when the assignment solver became exact-quality (issue 12), and
-the three CS-UCB selection experiments when τ_max became 0.5 s and the gaps the pseudo-regret
-(issue 13).
+the three CS-UCB selection experiments and ``fl_cs_ucb_q`` when τ_max became 0.5 s and the gaps
+the pseudo-regret (issue 13; ``fl_cs_ucb_q``'s flags pin FedAvg's epoch protocol, which its
+default no longer is).
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

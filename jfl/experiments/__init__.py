@@ -7,7 +7,7 @@ in the generic library imports this package.
 
 from jfl.experiments.cocs import CocsHfl
 from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
-from jfl.experiments.fl import FlCocs, FlCsUcbQ, FlRbcsf
+from jfl.experiments.fl import FlCocs, FlCsUcbIdeal, FlCsUcbQ, FlRbcsf
 from jfl.experiments.rbcsf import VBetaGrid
 
 EXPERIMENTS = {
@@ -20,6 +20,7 @@ EXPERIMENTS = {
         BetaRhoGrid,
         CocsHfl,
         FlRbcsf,
+        FlCsUcbIdeal,
         FlCsUcbQ,
         FlCocs,
     )
@@ -33,6 +34,7 @@ __all__ = [
     "CsUcbQDelay",
     "CsUcbQFairness",
     "FlCocs",
+    "FlCsUcbIdeal",
     "FlCsUcbQ",
     "FlRbcsf",
     "VBetaGrid",

@@ -95,7 +95,7 @@ class HflScenario(Sweep):
         for name, values in (("--budget", self.budget), ("--deadline", self.deadline)):
             if values is not None:
                 checks.positive(name, values)
-        check_policies(self.policies, self.environment)
+        check_policies(self.policies, self.environment, self.trains)
 
     def scenario(self) -> dict[str, list[float]]:
         """Budgets and deadlines (the preset's when not given)."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def check_policies(names: Sequence[str], environment: str) -> None:
-    """Registered, distinct policies that can run on ``environment`` (``--policies`` errors)."""
+def check_policies(names: Sequence[str], environment: str, trains: bool = False) -> None:
+    """Registered, distinct policies that can run on ``environment`` (``--policies`` errors);
+    without federated training (``trains``) none may read a learner's signals."""
     from jfl.envs import ENVIRONMENTS
     from jfl.policies import REGISTRY
 
@@ -21,6 +22,12 @@ def check_policies(names: Sequence[str], environment: str) -> None:
             REGISTRY[name].check_environment(ENVIRONMENTS[environment])
         except ValueError as err:
             raise ValueError(f"--policies: {err}") from None
+        signals = REGISTRY[name].signals
+        if signals and not trains:
+            raise ValueError(
+                f"--policies: policy {name!r} reads {list(signals)}, which only a federated "
+                "training run computes (sweeps/fl_*.py)"
+            )
 
 
 def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -> None:

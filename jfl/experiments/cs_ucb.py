@@ -295,7 +295,7 @@ class WirelessScenario(Sweep):
         checks.integer("--clients", self.clients)
         checks.positive("--tau-max", self.tau_max)
         checks.integer("--coherence-slots", self.coherence_slots)
-        check_policies(self.policies, self.environment)
+        check_policies(self.policies, self.environment, self.trains)
 
 
 @dataclasses.dataclass(frozen=True)

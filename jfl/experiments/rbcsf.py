@@ -50,7 +50,7 @@ class RbcsfScenario(Sweep):
         checks.integer("--clients", self.clients)
         checks.integer("--m", self.m, 1, self.clients, "--clients")
         checks.in_range("--p-available", self.p_available, 0.0, 1.0)
-        check_policies(self.policies, self.environment)
+        check_policies(self.policies, self.environment, self.trains)
         check_hparams(self.policies, self.grid())
 
     def grid(self) -> dict[str, list[float]]:

@@ -49,9 +49,11 @@ class Training:
     model: str = "logistic"
     """one of logistic, fashion_cnn, cifar_cnn"""
     epochs: int = 1
-    """local epochs E ≥ 1"""
+    """local epochs E ≥ 1 (when --local-steps is None)"""
     batch_size: int = 10
     """local minibatch size ≥ 1"""
+    local_steps: int | None = None
+    """SGD steps ≥ 1 a round, each on a fresh minibatch; None: --epochs epochs"""
     lr: Floats = (0.1,)
     """learning rate(s) > 0; a list is a swept axis"""
     aggregation: str = "data_size"
@@ -69,6 +71,8 @@ class Training:
         checks.choice("--aggregation", self.aggregation, AGGREGATIONS)
         checks.integer("--epochs", self.epochs)
         checks.integer("--batch-size", self.batch_size)
+        if self.local_steps is not None:
+            checks.integer("--local-steps", self.local_steps)
         checks.integer("--eval-every", self.eval_every)
         checks.integer("--partition-seed", self.partition_seed, 0)
         if self.rounds % self.eval_every:
@@ -119,6 +123,7 @@ class Training:
                 epochs=self.epochs,
                 batch_size=self.batch_size,
                 slots=slots(policy, size),
+                local_steps=self.local_steps,
                 num_servers=num_servers,
                 aggregation=self.aggregation,
                 global_every=global_every,

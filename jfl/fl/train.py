@@ -1,7 +1,10 @@
 """FedAvg on padded per-client data, written for one instance and vmapped by the callers.
 
 * ``local_sgd`` — a client's update: E epochs of minibatch SGD (optax) over its own samples in a
-  fresh random order each epoch (COCS eq. 2; FedAvg's ClientUpdate).
+  fresh random order each epoch (COCS eq. 2; FedAvg's ClientUpdate), or a fixed number of SGD
+  steps, each on one minibatch drawn afresh (Xia §V-A: "mini-batch size ρ is 2").
+* ``local_signals`` — per-client accuracy and loss of a model on each client's own samples,
+  which the runner hands to policies that read them (``jfl.policies.LEARNER_SIGNALS``).
 * ``weighted_average`` — FedAvg aggregation of the trained models, weighted by data size or
   uniformly (COCS eq. 3 within an edge server).
 * ``make_learner`` — the learner the runner drives: each round the policy's selected clients
@@ -16,7 +19,8 @@ constants. Minibatches are gathered from the stacked arrays step by step, so mem
 with the number of slots times the client dataset size.
 
 Results do not depend on padding: a client's sample order is drawn per position with a
-prefix-consistent PRNG, padding sorts last, and batches with no real sample leave the model
+prefix-consistent PRNG, padding sorts last (so a minibatch drawn for one step is the same real
+samples however much padding follows them), and batches with no real sample leave the model
 untouched. They do not depend on the slot a client trains in either: its randomness is derived
 from its client index.
 """
@@ -33,6 +37,7 @@ import numpy as np
 import optax
 
 from jfl.kernels.reduce import pairwise_sum
+from jfl.policies.base import LEARNER_SIGNALS
 
 AGGREGATIONS = ("data_size", "uniform")
 EVAL_BATCH = 1024  # test samples per forward pass when evaluating
@@ -65,6 +70,10 @@ class Learner(NamedTuple):
     step: Callable[..., tuple[LearnerState, dict]]  # step(key, state, action, delivered, t, ...)
     evaluate: Callable[..., dict]  # evaluate(state, data) -> {"accuracy", "test_loss"}
     num_servers: int
+    # signals(state, data, hparams) -> {name: f[N]}: per-client signals of the current global
+    # model that policies may read (``Policy.signals``); ``provides`` names them.
+    signals: Callable[..., dict] | None = None
+    provides: tuple[str, ...] = ()
 
 
 def masked_loss(apply_fn, params, x, y, valid):
@@ -81,6 +90,17 @@ def batch_plan(num_positions: int, batch_size: int) -> tuple[int, int]:
     return num_batches, num_batches * batch_size
 
 
+def shuffled_positions(key, mask):
+    """A client's positions (``mask`` bool[S]): its real samples in uniformly random order,
+    then the padding.
+
+    Per-position uniforms are prefix-consistent (threefry is partitionable), so the order of the
+    real samples does not depend on how much padding follows them.
+    """
+    u = jax.random.uniform(key, mask.shape)
+    return jnp.argsort(jnp.where(mask, u, 2.0))
+
+
 def local_sgd(
     apply_fn,
     params,
@@ -92,50 +112,115 @@ def local_sgd(
     epochs: int,
     batch_size: int,
     partition=0,
+    steps: int | None = None,
 ):
-    """Client ``client``'s model after E epochs of minibatch SGD from ``params`` (COCS eq. 2).
+    """Client ``client``'s model after local SGD from ``params``.
 
-    Each epoch visits the client's ``count`` samples once in a random order, in batches of
-    ``batch_size`` (the last one smaller); a batch size at least the client's data size is
-    full-batch gradient descent. ``client``, ``partition`` and ``learning_rate`` may be traced.
+    ``steps=None``: E epochs of minibatch SGD (COCS eq. 2; FedAvg). Each epoch visits the
+    client's ``count`` samples once in a random order, in batches of ``batch_size`` (the last one
+    smaller); a batch size at least the client's data size is full-batch gradient descent.
+
+    ``steps=J``: J SGD steps, each on one minibatch of ``batch_size`` samples drawn uniformly
+    without replacement from the client's samples, afresh every step (the paper's protocol in
+    Xia §V-A is one step on ρ = 2 samples, the ρ of τ_LU = ρ/φ in eq. 36). A client with fewer
+    samples than the batch uses all of them. ``epochs`` is then not used.
+
+    Either way a client without samples keeps ``params``. ``client``, ``partition`` and
+    ``learning_rate`` may be traced.
     """
     num_positions = data.mask.shape[2]
-    num_batches, padded = batch_plan(num_positions, batch_size)
     mask = data.mask[partition, client]
     optimizer = optax.sgd(learning_rate)
 
+    def descend(carry, positions, valid):
+        params, opt_state = carry
+        x = data.x[partition, client, positions]
+        y = data.y[partition, client, positions]
+        grads = jax.grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        # A batch of padding only (clients with little data) leaves the model untouched.
+        keep = jnp.any(valid)
+        params = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_params, params)
+        opt_state = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_opt_state, opt_state)
+        return params, opt_state
+
+    start = (params, optimizer.init(params))
+    if steps is not None:
+        # The first min(B, S) positions of a fresh order: B real samples, or all of them (and
+        # padding, masked out) when the client holds fewer.
+        width = min(batch_size, num_positions)
+
+        def one_step(carry, k_step):
+            positions = shuffled_positions(k_step, mask)[:width]
+            return descend(carry, positions, mask[positions]), None
+
+        (params, _), _ = jax.lax.scan(one_step, start, jax.random.split(key, steps))
+        return params
+
+    num_batches, padded = batch_plan(num_positions, batch_size)
+
     def epoch(carry, k_epoch):
-        # Per-position uniforms are prefix-consistent (threefry is partitionable), so the order
-        # of the real samples does not depend on how much padding follows them.
-        u = jax.random.uniform(k_epoch, (num_positions,))
-        order = jnp.argsort(jnp.where(mask, u, 2.0))
+        order = shuffled_positions(k_epoch, mask)
         order = jnp.concatenate([order, jnp.full(padded - num_positions, order[-1])])
         slots_valid = jnp.concatenate(
             [mask[order[:num_positions]], jnp.zeros(padded - num_positions, bool)]
         )
 
         def minibatch(carry, b):
-            params, opt_state = carry
             positions = jax.lax.dynamic_slice_in_dim(order, b * batch_size, batch_size)
             valid = jax.lax.dynamic_slice_in_dim(slots_valid, b * batch_size, batch_size)
-            x = data.x[partition, client, positions]
-            y = data.y[partition, client, positions]
-            grads = jax.grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
-            updates, new_opt_state = optimizer.update(grads, opt_state, params)
-            new_params = optax.apply_updates(params, updates)
-            # A batch of padding only (clients with little data) leaves the model untouched.
-            keep = jnp.any(valid)
-            params = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_params, params)
-            opt_state = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_opt_state, opt_state)
-            return (params, opt_state), None
+            return descend(carry, positions, valid), None
 
         carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_batches))
         return carry, None
 
-    (params, _), _ = jax.lax.scan(
-        epoch, (params, optimizer.init(params)), jax.random.split(key, epochs)
-    )
+    (params, _), _ = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
     return params
+
+
+def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
+    """Per-client signals of the model ``params`` on each client's own samples.
+
+    ``local_accuracy`` f[N]: the fraction of client n's samples the model classifies correctly;
+    ``local_loss`` f[N]: their mean softmax cross-entropy. This is what a client can measure when
+    it receives the global model (it holds no other data): Xia §V-B's "local test accuracy" of
+    the local-accuracy baseline. A client without samples gets accuracy 1 and loss 0 (nothing
+    left to learn there), so policies that favour low accuracy or high loss rank it last.
+
+    The samples of all clients go through the model in batches of at most ``EVAL_BATCH``;
+    padding is excluded, and the per-client sums are elementwise halvings, so the values do not
+    depend on the batch of runs (the loss depends on the padding width by float rounding only).
+    ``partition`` may be traced.
+    """
+    _, num_clients, num_positions = data.mask.shape
+    total = num_clients * num_positions
+    size = min(total, EVAL_BATCH)
+    num_batches = math.ceil(total / size)
+    flat = jnp.arange(num_batches * size).reshape(num_batches, size)
+
+    def one_batch(index):
+        # Samples are gathered per batch: the padded [N, S, ...] partition is never copied.
+        client = jnp.minimum(index // num_positions, num_clients - 1)
+        position = index % num_positions
+        valid = data.mask[partition, client, position] & (index < total)
+        y = data.y[partition, client, position]
+        logits = apply_fn(params, data.x[partition, client, position])
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        correct = (jnp.argmax(logits, -1) == y) & valid
+        return correct.astype(jnp.float32), jnp.where(valid, losses, 0.0)
+
+    correct, losses = jax.lax.map(one_batch, flat)
+    correct, losses = (
+        v.reshape(-1)[:total].reshape(num_clients, num_positions) for v in (correct, losses)
+    )
+    count = data.count[partition]
+    has_data = count > 0
+    denominator = jnp.maximum(count, 1).astype(jnp.float32)
+    return {
+        "local_accuracy": jnp.where(has_data, pairwise_sum(correct) / denominator, 1.0),
+        "local_loss": jnp.where(has_data, pairwise_sum(losses) / denominator, 0.0),
+    }
 
 
 def weighted_average(stacked, weights, fallback):
@@ -165,7 +250,15 @@ def partition_index(hparams):
 
 
 def check_learner_options(
-    *, epochs, batch_size, slots, num_clients, num_servers, aggregation, global_every
+    *,
+    epochs,
+    batch_size,
+    slots,
+    num_clients,
+    num_servers,
+    aggregation,
+    global_every,
+    local_steps=None,
 ) -> None:
     """Static options, checked before anything compiles (ValueError naming the option)."""
     for name, value, low in (
@@ -176,6 +269,14 @@ def check_learner_options(
     ):
         if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if local_steps is not None and (
+        not isinstance(local_steps, int | np.integer)
+        or isinstance(local_steps, bool)
+        or local_steps < 1
+    ):
+        raise ValueError(
+            f"local_steps must be None (epochs) or an integer >= 1, got {local_steps!r}"
+        )
     if not isinstance(slots, int | np.integer) or not 1 <= slots <= num_clients:
         raise ValueError(
             f"slots (clients trained per round) must be an integer in [1, num_clients="
@@ -196,14 +297,17 @@ def make_learner(
     num_servers: int = 1,
     aggregation: str = "data_size",
     global_every: int = 1,
+    local_steps: int | None = None,
 ) -> Learner:
     """FedAvg (or hierarchical FedAvg with ``num_servers`` edge servers) for the runner.
 
+    Each selected client trains ``epochs`` epochs in minibatches of ``batch_size``, or, with
+    ``local_steps``, that many SGD steps on one fresh minibatch each (``local_sgd``).
     ``slots`` is the most clients trained in one round (default: all N). Selected clients beyond
     it are not trained and are counted in ``untrained``, so a sweep can refuse such a run; set
     it to the policy's largest possible selection (m for top-m policies) to avoid training empty
     slots. Traced hyperparameters: ``learning_rate``, and ``partition`` (index into the data's
-    leading axis, default 0).
+    leading axis, default 0). ``signals`` gives the global model's ``local_signals``.
     """
     slots = num_clients if slots is None else slots
     check_learner_options(
@@ -214,6 +318,7 @@ def make_learner(
         num_servers=num_servers,
         aggregation=aggregation,
         global_every=global_every,
+        local_steps=local_steps,
     )
 
     def apply_fn(params, x):
@@ -236,6 +341,7 @@ def make_learner(
             epochs=epochs,
             batch_size=batch_size,
             partition=partition,
+            steps=local_steps,
         ),
         in_axes=(0, 0, 0, None, None, None),
     )
@@ -314,4 +420,17 @@ def make_learner(
             "test_loss": pairwise_sum(losses.reshape(-1)) / num_test,
         }
 
-    return Learner(init=init, step=step, evaluate=evaluate, num_servers=num_servers)
+    def signals(state: LearnerState, data: FederatedData, hparams) -> dict:
+        """``local_signals`` of the global model (the mean of the edge models) on the
+        configuration's partition."""
+        params = server_mean(state.edge_params)
+        return local_signals(apply_fn, params, data, partition_index(hparams))
+
+    return Learner(
+        init=init,
+        step=step,
+        evaluate=evaluate,
+        num_servers=num_servers,
+        signals=signals,
+        provides=LEARNER_SIGNALS,
+    )

@@ -15,6 +15,13 @@ the COCS family); ``PolicySpec.size_name`` says which.
 
 A policy without state uses ``EmptyState`` with ``stateless_init``/``stateless_update``, or
 ``stateless(select)`` for the whole triple.
+
+Besides the environment's observation a policy may read per-client signals that a federated
+learner computes from its current global model (``LEARNER_SIGNALS``, e.g. each client's local
+accuracy): it names them in ``Policy.signals`` (and in its spec's ``requires``), and the runner,
+only then, computes them before each selection and passes a ``LearnerObservation``, which reads
+like the environment's observation (``obs.available``) with the signals as more fields
+(``obs.local_accuracy``).
 """
 
 from __future__ import annotations
@@ -28,12 +35,36 @@ import numpy as np
 
 # What the second parameter of a builder counts, by family.
 SIZE_NAMES = ("selection_size", "num_channels", "num_servers")
+# Per-client signals of the global model that a federated learner computes each round, f[N]
+# (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
+LEARNER_SIGNALS = ("local_accuracy", "local_loss")
 
 
 class Policy(NamedTuple):
     init: Callable[..., Any]
     select: Callable[..., Any]
     update: Callable[..., Any]
+    # Learner signals (of ``LEARNER_SIGNALS``) that ``select``/``update`` read from the
+    # observation; the runner computes them only for policies that name them.
+    signals: tuple[str, ...] = ()
+
+
+class LearnerObservation(NamedTuple):
+    """The environment's observation with the learner's per-client signals as more fields.
+
+    ``obs.available`` (any field of the environment's observation) and ``obs.local_accuracy``
+    (any signal) both read as attributes, so a policy written for the environment's observation
+    runs unchanged.
+    """
+
+    env: Any  # the environment's observation
+    signals: dict[str, Any]  # name -> f[N]
+
+    def __getattr__(self, name):
+        signals = LearnerObservation.signals.__get__(self)
+        if name in signals:
+            return signals[name]
+        return getattr(LearnerObservation.env.__get__(self), name)
 
 
 class EmptyState(NamedTuple):
@@ -94,7 +125,8 @@ class PolicySpec:
     # The hyperparameter that is the policy's own fairness-queue rate (β, c), if any: sweeps
     # measure every policy's fairness queue at that rate.
     queue_rate: str | None = None
-    # Observation / feedback fields the policy reads, checked against an environment's `provides`.
+    # Observation / feedback fields the policy reads, checked against an environment's `provides`
+    # (``LEARNER_SIGNALS`` against the run's learner instead).
     requires: tuple[str, ...] = ("available",)
     # What `size`, the second parameter of `build`, counts: one of SIZE_NAMES.
     size_name: str = "selection_size"
@@ -132,17 +164,44 @@ class PolicySpec:
             return int(size)
         return int(self.selects_at_most(num_clients, size))
 
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """The learner signals among ``requires``."""
+        return tuple(f for f in self.requires if f in LEARNER_SIGNALS)
+
     def check_environment(self, env) -> None:
-        """Raise if ``env`` does not provide what the policy reads (before anything compiles)."""
+        """Raise if ``env`` does not provide what the policy reads (before anything compiles).
+
+        Learner signals are not the environment's to provide: ``check_learner`` checks them.
+        """
         provides = getattr(env, "provides", None)
         if provides is None:
             return
-        missing = [f for f in self.requires if f not in provides]
+        missing = [f for f in self.requires if f not in provides and f not in LEARNER_SIGNALS]
         if missing:
             raise ValueError(
                 f"policy {self.name!r} reads {missing}, which environment "
                 f"{getattr(env, 'name', type(env).__name__)!r} does not provide"
             )
+
+    def check_learner(self, learner) -> None:
+        """Raise if the policy reads learner signals that ``learner`` (None: a run without
+        federated training) does not compute (before anything compiles)."""
+        check_signals(self.signals, learner, f"policy {self.name!r}")
+
+
+def check_signals(signals, learner, who: str = "the policy") -> None:
+    """ValueError unless ``learner`` computes every one of ``signals`` (what ``who`` reads)."""
+    if not signals:
+        return
+    if learner is None:
+        raise ValueError(
+            f"{who} reads {list(signals)}, which only a federated learner computes "
+            "(jfl.fl.make_learner); this run trains no model"
+        )
+    missing = [f for f in signals if f not in getattr(learner, "provides", ())]
+    if missing:
+        raise ValueError(f"{who} reads {missing}, which the run's learner does not compute")
 
 
 REGISTRY: dict[str, PolicySpec] = {}

@@ -299,6 +299,11 @@ POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wire
         ("delay", ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
         ("delay", ["--policies", "cs_ucb_q,magic"], "--policies: unknown policy 'magic'"),
         ("ideal", ["--coherence-slots", "0"], "--coherence-slots must be an integer >= 1, got 0"),
+        (
+            "ideal",
+            ["--policies", "cs_ucb,local_accuracy"],
+            "--policies: policy 'local_accuracy' reads ['local_accuracy'], which only a federated",
+        ),
         ("fairness", ["--coherence-slots", "1.5"], "--coherence-slots"),
         ("delay", ["--coherence-slots", "-2"], "--coherence-slots must be an integer >= 1"),
     ],

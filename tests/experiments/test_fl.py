@@ -1,4 +1,5 @@
-"""The federated-training experiments FlRbcsf, FlCsUcbQ and FlCocs: flags, outputs, metrics.
+"""The federated-training experiments FlRbcsf, FlCsUcbIdeal, FlCsUcbQ and FlCocs: flags, outputs,
+metrics.
 
 Compilation dominates the cost (each policy compiles a learner), so each experiment runs once on
 tiny settings (module fixtures shared by the output checks); resuming and chunking are the
@@ -18,9 +19,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jfl import cli
+from jfl import cli, driver
 from jfl.envs.hfl import preset_params
-from jfl.experiments.fl import FlCocs, FlCsUcbQ, FlRbcsf, max_selected
+from jfl.experiments.fl import (
+    PAPER_PROTOCOL,
+    FlCocs,
+    FlCsUcbIdeal,
+    FlCsUcbQ,
+    FlRbcsf,
+    max_selected,
+)
 from jfl.fl.data import MNIST_FILES
 from jfl.results import load_dataset, run_metrics
 from tests.golden import assert_golden_summary, golden_argv
@@ -30,6 +38,7 @@ ROUNDS = 4
 EVALS = [0, 2, 4]
 TINY = {
     FlRbcsf: [*FAST, "--clients", "8", "--m", "2", "--gamma1", "1,iid", "--V", "10"],
+    FlCsUcbIdeal: [*FAST, "--clients", "6", "--N", "2"],
     FlCsUcbQ: [
         *FAST,
         *("--clients", "6", "--N", "2", "--rich-clients", "1", "--labels-per-rich", "3"),
@@ -62,7 +71,12 @@ def test_help_lists_training_and_scenario_flags(experiment, capsys):
         cli.main(experiment, ["--help"], prog=experiment.name)
     assert exit.value.code == 0
     text = capsys.readouterr().out
-    own = {FlRbcsf: "--gamma1", FlCsUcbQ: "--rich-clients", FlCocs: "--global-every"}
+    own = {
+        FlRbcsf: "--gamma1",
+        FlCsUcbIdeal: "--N",
+        FlCsUcbQ: "--rich-clients",
+        FlCocs: "--global-every",
+    }
     for flag in ("--dataset", "--data-dir", "--lr", "--eval-every", "--seeds", own[experiment]):
         assert flag in text, flag
 
@@ -71,6 +85,10 @@ COMMON_BAD = [
     (["--dataset", "imagenet"], "--dataset must be one of"),
     (["--model", "resnet"], "--model must be one of"),
     (["--epochs", "0"], "--epochs must be an integer >= 1, got 0"),
+    (["--local-steps", "0"], "--local-steps must be an integer >= 1, got 0"),
+    (["--local-steps", "-3"], "--local-steps must be an integer >= 1, got -3"),
+    (["--local-steps", "1.5"], "--local-steps"),
+    (["--local-steps", "none"], "--local-steps"),
     (["--batch-size", "0"], "--batch-size must be an integer >= 1, got 0"),
     (["--lr", "0"], "--lr must be in (0, inf)"),
     (["--lr", "-1"], "--lr must be in (0, inf)"),
@@ -144,6 +162,12 @@ def test_mnist_data_dir_missing_files_or_directory(experiment, capsys, tmp_path)
         (FlRbcsf, ["--p-available", "1.5"], "--p-available must be in [0, 1]"),
         (FlRbcsf, ["--samples-per-client", "0"], "--samples-per-client must be an integer"),
         (FlRbcsf, ["--samples-per-client", "1000"], "samples_per_client must be an integer"),
+        (FlCsUcbIdeal, ["--N", "0"], "--N must be an integer in [1, --clients=6], got 0"),
+        (FlCsUcbIdeal, ["--N", "7"], "--N must be an integer in [1, --clients=6], got 7"),
+        (FlCsUcbIdeal, ["--clients", "0"], "--clients must be an integer >= 1"),
+        (FlCsUcbIdeal, ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
+        (FlCsUcbIdeal, ["--policies", "cocs"], "--policies: policy 'cocs' reads"),
+        (FlCsUcbIdeal, ["--policies", "local_accuracy,magic"], "unknown policy 'magic'"),
         (FlCsUcbQ, ["--N", "0"], "--N must be an integer in [1, --clients=6], got 0"),
         (FlCsUcbQ, ["--N", "7"], "--N must be an integer in [1, --clients=6], got 7"),
         (FlCsUcbQ, ["--rich-clients", "7"], "--rich-clients must be an integer in [0, --clients"),
@@ -365,6 +389,64 @@ def test_cocs_runs_on_mnist_from_data_dir(cocs_run, mnist_dir):
     assert cocs_run["ds"]["data_size"].to_numpy().sum() <= 60
     assert list(cocs_run["summary"]["policy"]) == ["cocs"]
     assert "success_per_round" in cocs_run["summary"]
+
+
+# --------------------------------------------------------------------------- FlCsUcbIdeal
+
+
+def test_cs_ucb_sweeps_default_to_the_papers_protocol():
+    """Xia §V-A: SGD, "mini-batch size ρ is 2 and the learning rate is 0.001", one step a round
+    (ρ samples per local update, eq. 36); the FedAvg epochs are a flag away, None spelled so."""
+    assert PAPER_PROTOCOL == {"local_steps": 1, "batch_size": 2, "lr": (0.001,)}
+    for experiment in (FlCsUcbIdeal, FlCsUcbQ):
+        config = experiment()
+        assert (config.local_steps, config.batch_size, config.lr) == (1, 2, (0.001,))
+        fedavg = ["--local-steps", "None", "--batch-size", "10", "--lr", "0.1"]
+        config = cli.parse(experiment, fedavg)
+        assert (config.local_steps, config.batch_size, config.lr) == (None, 10, (0.1,))
+        assert config.epochs == 1
+    ideal = FlCsUcbIdeal()
+    assert (ideal.clients, ideal.N) == (20, 5)
+    assert ideal.policies == ("cs_ucb", "random", "round_robin", "local_accuracy")
+    assert ideal.rounds % ideal.eval_every == 0
+    # The other federated sweeps keep FedAvg's epochs.
+    assert FlRbcsf().local_steps is None and FlCocs().local_steps is None
+
+
+@pytest.fixture(scope="module")
+def ideal_run(tmp_path_factory):
+    """FlCsUcbIdeal through jfl.driver.run at its defaults' protocol: local_accuracy and CS-UCB
+    on 6 always-available clients and 2 channels, per-round selections stored."""
+    out = tmp_path_factory.mktemp("fl_cs_ucb") / "run"
+    argv = [*TINY[FlCsUcbIdeal], "--policies", "local_accuracy,cs_ucb", "--trajectories"]
+    result = driver.run(cli.parse(FlCsUcbIdeal, [*argv, "--no-plots", "--out", str(out)]))
+    return {
+        "result": result,
+        "ds": load_dataset(out / "results.nc"),
+        "summary": pd.read_csv(out / "summary.csv"),
+        "metadata": json.loads((out / "metadata.json").read_text()),
+    }
+
+
+def test_fl_cs_ucb_ideal_runs_end_to_end(ideal_run):
+    ds, summary, metadata = ideal_run["ds"], ideal_run["summary"], ideal_run["metadata"]
+    assert set(FlCsUcbIdeal.summary_columns) <= set(summary.columns)
+    assert list(summary["policy"]) == ["local_accuracy", "cs_ucb"]
+    assert (summary["learning_rate"] == 0.001).all() and (summary["n_seeds"] == 2).all()
+    assert summary["final_accuracy"].between(0, 1).all()
+    assert metadata["config"]["experiment"] == "fl_cs_ucb"
+    assert metadata["config"]["local_steps"] == 1 and metadata["config"]["batch_size"] == 2
+    # The ideal scenario: every client available, so N = 2 selected every round; digits' 1437
+    # training samples split equally (to one sample).
+    assert ds["selected"].shape == (2, 2, ROUNDS, 6)
+    assert (ds["selected"].sum("client") == 2).all() and (ds["num_selected"] == 2).all()
+    sizes = ds["data_size"].to_numpy()
+    assert sizes.sum() == 1437 and sizes.max() - sizes.min() <= 1
+    assert ds["accuracy"].shape == (2, 2, len(EVALS))
+    assert (ds["untrained"] == 0).all()
+    np.testing.assert_allclose(
+        summary["failed_clients"], ds["num_failed"].sum("round").mean("seed"), rtol=1e-6
+    )
 
 
 # --------------------------------------------------------------------------- accuracy metrics

@@ -1,9 +1,11 @@
 """FedAvg (jfl.fl.train) and the runner's federated mode, against plainly written references.
 
 A linear softmax classifier on tiny random 4×4×1 images checks the learner's arithmetic (local
-SGD, weighted averaging, padding, slots, hierarchical aggregation) against NumPy and against
-``local_sgd`` called one client at a time; scikit-learn's digits check that the runner actually
-learns, and that federated runs keep the runner's batching invariances.
+SGD by epochs or by steps, weighted averaging, padding, slots, hierarchical aggregation, the
+per-client signals) against NumPy and against ``local_sgd`` called one client at a time;
+scikit-learn's digits check that the runner actually learns, that federated runs keep the
+runner's batching invariances, and that a policy reading learner signals gets those of the
+current model.
 
 Compilation dominates the runtime, so the shapes are few and the jitted functions are cached at
 module level (``_step``, ``_local``) and shared by the tests.
@@ -19,9 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jfl.envs import RbcsfEnv
+from jfl.envs import RbcsfEnv, WirelessEnv, wireless
 from jfl.envs.rbcsf import make_params
-from jfl.fl.train import FederatedData, LearnerState, local_sgd, make_learner, weighted_average
+from jfl.fl.train import (
+    EVAL_BATCH,
+    FederatedData,
+    LearnerState,
+    local_sgd,
+    local_signals,
+    make_learner,
+    weighted_average,
+)
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, run_keys, seed_keys
 
@@ -619,6 +629,11 @@ def test_partition_hyperparameter_picks_the_partition(digits, single_partition):
     [
         ("epochs", 0),
         ("epochs", 1.5),
+        ("local_steps", 0),
+        ("local_steps", -1),
+        ("local_steps", 2.0),
+        ("local_steps", True),
+        ("local_steps", "1"),
         ("batch_size", 0),
         ("batch_size", 2.5),
         ("batch_size", "10"),
@@ -647,3 +662,233 @@ def test_eval_every_must_divide_num_rounds(eval_every):
             learner=learner,
             eval_every=eval_every,
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# 12. A fixed number of local steps, each on a fresh minibatch (Xia §V-A: one step on ρ = 2)
+
+
+@functools.cache
+def _local_steps(steps, batch_size):
+    return jax.jit(
+        functools.partial(local_sgd, apply_fn, epochs=1, batch_size=batch_size, steps=steps)
+    )
+
+
+def numpy_local_steps(params, x, y, key, lr, steps, batch_size):
+    """``steps`` gradient steps, each on ``batch_size`` of the client's n samples drawn without
+    replacement (all n when n ≤ batch_size); no samples: no change.
+
+    The draw reuses the kernel's uniforms, one per sample from the step's key: the samples with
+    the smallest ones are taken. Drawn for the n real samples only, they are the kernel's first
+    n (threefry is prefix-consistent), whatever the padding."""
+    n = len(y)
+    params = jax.tree.map(lambda p: np.asarray(p, np.float64), params)
+    if n == 0:
+        return params
+    for k in jax.random.split(key, steps):
+        u = np.asarray(jax.random.uniform(k, (n,)))
+        chosen = np.argsort(u, kind="stable")[:batch_size]
+        params = numpy_gradient_descent(params, x[chosen], y[chosen], lr, 1)
+    return params
+
+
+def random_instance(seed, batch_size):
+    """Data of N clients (padded to S) with random sizes, one client without samples and one
+    with fewer than the batch; random parameters, learning rate and round key."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(batch_size + 1, S + 1, N)
+    counts[seed % N] = 0
+    counts[(seed + 1) % N] = rng.integers(1, batch_size)
+    lr = float(rng.uniform(0.2, 1.0))
+    return make_data(counts, seed=seed), random_params(100 + seed), lr, jax.random.key(seed)
+
+
+@pytest.mark.parametrize("steps, batch_size", [(1, 2), (4, 3)], ids=["paper", "J4B3"])
+@pytest.mark.parametrize("seed", range(3))
+def test_local_steps_match_numpy_sgd(steps, batch_size, seed):
+    data, params, lr, key = random_instance(seed, batch_size)
+    train = _local_steps(steps, batch_size)
+    for c in range(N):
+        n = int(data.count[0, c])
+        client_key = jax.random.fold_in(key, c)
+        trained = train(params, data, c, client_key, np.float32(lr))
+        x, y = data.x[0, c, :n], data.y[0, c, :n]
+        expected = numpy_local_steps(params, x, y, client_key, lr, steps, batch_size)
+        assert_tree_close(trained, expected)
+        if n == 0:
+            assert_tree_equal(trained, params)
+        elif n > batch_size:
+            # The comparison has teeth: the same steps on all samples give another model.
+            full = numpy_gradient_descent(params, x, y, lr, steps)
+            assert np.abs(full["Dense_0"]["kernel"] - expected["Dense_0"]["kernel"]).max() > 1e-4
+
+
+STEPS = {"local_steps": 3, "batch_size": 4}  # client 1 holds 3 < 4 samples, client 3 none
+
+
+def test_learner_with_local_steps_averages_numpy_sgd():
+    """A round of the learner with local steps: each client's NumPy SGD from its own key
+    (fold_in(round key, client index)), averaged by data size."""
+    everyone = select(0, 1, 2, 3, 4)
+    state, metrics = step(STEPS, as_state(PARAMS), everyone)
+    models = [
+        numpy_local_steps(
+            PARAMS,
+            DATA.x[0, c, : COUNTS[c]],
+            DATA.y[0, c, : COUNTS[c]],
+            jax.random.fold_in(KEY, c),
+            LR,
+            STEPS["local_steps"],
+            STEPS["batch_size"],
+        )
+        for c in range(N)
+    ]
+    assert_tree_close(edge(state), np_average(models, COUNTS))
+    assert int(metrics["num_delivered"]) == N
+
+
+def test_local_steps_do_not_depend_on_padding_or_slot():
+    everyone = select(0, 1, 2, 3, 4)
+    short, _ = step(STEPS, as_state(PARAMS), everyone)
+    long, _ = step(STEPS, as_state(PARAMS), everyone, data=PADDED)
+    assert_tree_close(edge(long), edge(short))
+    for c in range(N):
+        short, _ = step(STEPS, as_state(PARAMS), select(c))
+        long, _ = step(STEPS, as_state(PARAMS), select(c), data=PADDED)
+        assert_tree_close(edge(long), edge(short))
+    # Client 4 trains in slot 0 alone and in slot 2 behind two undelivered clients.
+    alone, _ = step(STEPS, as_state(PARAMS), select(4))
+    behind, _ = step(STEPS, as_state(PARAMS), select(0, 2, 4), delivered=select(4))
+    assert_tree_equal(edge(behind), edge(alone))
+
+
+def test_local_steps_with_a_batch_beyond_the_data_are_gradient_descent():
+    """A batch of 10 exceeds every client's data (and the padded width 8): each step uses all
+    of a client's samples, so J steps are J steps of full-batch gradient descent, padded or not."""
+    options = {"local_steps": 2, "batch_size": 10}
+    for data in (DATA, PADDED):
+        for c in range(N):
+            state, _ = step(options, as_state(PARAMS), select(c), data=data)
+            n = COUNTS[c]
+            x, y = DATA.x[0, c, :n], DATA.y[0, c, :n]
+            expected = PARAMS if n == 0 else numpy_gradient_descent(PARAMS, x, y, LR, 2)
+            assert_tree_close(edge(state), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# 13. Per-client signals of the global model on the clients' own data
+
+
+def numpy_signals(params, x, y, counts):
+    """Accuracy and mean cross-entropy of the linear model on each client's real samples, in
+    float64; a client without samples: accuracy 1, loss 0."""
+    w = np.asarray(params["Dense_0"]["kernel"], np.float64)
+    b = np.asarray(params["Dense_0"]["bias"], np.float64)
+    accuracy, loss = np.ones(len(counts)), np.zeros(len(counts))
+    for c, n in enumerate(counts):
+        if n == 0:
+            continue
+        z = x[c, :n].reshape(n, -1).astype(np.float64) @ w + b
+        z -= z.max(axis=1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        accuracy[c] = np.mean(z.argmax(axis=1) == y[c, :n])
+        loss[c] = -log_p[np.arange(n), y[c, :n]].mean()
+    return accuracy, loss
+
+
+def assert_signals_close(signals, accuracy, loss, counts):
+    got_accuracy = np.asarray(signals["local_accuracy"])
+    # float32 vs float64 logits: at most a near-tie may flip one sample.
+    assert np.all(np.abs(got_accuracy - accuracy) < 1.5 / np.maximum(counts, 1)), got_accuracy
+    np.testing.assert_allclose(np.asarray(signals["local_loss"]), loss, **TOL)
+
+
+@pytest.fixture(scope="module")
+def signals_fn():
+    return jax.jit(functools.partial(local_signals, apply_fn))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_local_signals_match_numpy(signals_fn, seed):
+    """Padded to 8, and to 300 (1500 positions: two evaluation batches of EVAL_BATCH, the second
+    partly beyond the data), with a client without samples."""
+    data, params, _, _ = random_instance(seed, 3)
+    counts = np.asarray(data.count[0])
+    accuracy, loss = numpy_signals(params, data.x[0], data.y[0], counts)
+    assert N * 300 > EVAL_BATCH
+    for padded in (data, pad(data, 300)):
+        signals = signals_fn(params, padded)
+        assert_signals_close(signals, accuracy, loss, counts)
+        assert float(signals["local_accuracy"][seed % N]) == 1.0
+        assert float(signals["local_loss"][seed % N]) == 0.0
+    # The clients differ, so a value landing on the wrong client would show.
+    assert len(np.unique(loss[counts > 0])) == np.sum(counts > 0)
+
+
+def test_learner_signals_are_the_global_models_on_the_configurations_partition():
+    """Two edge servers: the signals are those of their mean, on the partition ``hparams``
+    picks."""
+    counts = [COUNTS, (2, 8, 5, 1, 0)]
+    data = make_data(counts, seed=5)
+    learner = _learner(**{**DEFAULTS, "num_servers": 2})
+    assert set(learner.provides) == {"local_accuracy", "local_loss"}
+    other = random_params(2)
+    state = as_state(PARAMS, other)
+    mean = jax.tree.map(lambda a, b: (a.astype(np.float64) + b) / 2, PARAMS, other)
+    compute = jax.jit(learner.signals)
+    for p in (0, 1):
+        signals = compute(state, data, {"partition": np.int32(p)})
+        accuracy, loss = numpy_signals(mean, data.x[p], data.y[p], np.asarray(counts[p]))
+        assert_signals_close(signals, accuracy, loss, np.asarray(counts[p]))
+
+
+# ---------------------------------------------------------------------------------------------
+# 14. A policy that reads learner signals gets those of the current model
+
+
+LA_ROUNDS, LA_CHANNELS = 6, 5
+
+
+@pytest.fixture(scope="module")
+def local_accuracy_run(digits):
+    """local_accuracy on digits (IID partition, learning rate 0.5) in the wireless environment,
+    always available and with a deadline no client reaches, so that every selected model
+    arrives; per-round selections recorded."""
+    learner = digits["learner"]
+    env = WirelessEnv()
+    env_params = wireless.make_params(DIGIT_CLIENTS, tau_max=100.0, availability=1.0)
+    policy = get("local_accuracy").build(DIGIT_CLIENTS, LA_CHANNELS)
+    run = make_run(env, env_params, policy, LA_ROUNDS, learner=learner, trajectories=True)
+    hparams = {"learning_rate": np.float32(0.5), "partition": np.int32(0)}
+    key = digits["keys"][0]
+    out = fields(jax.jit(run)(key, hparams, np.float32(0), digits["data"]))
+    return {"out": out, "hparams": hparams, "key": key}
+
+
+def is_lowest(selected, accuracy, k):
+    """``selected`` is k clients, none more accurate than any client left out."""
+    chosen, rest = accuracy[selected], accuracy[~selected]
+    return selected.sum() == k and chosen.max() <= rest.min()
+
+
+def test_runner_hands_current_local_accuracy_to_the_policy(digits, local_accuracy_run):
+    """Replaying the run with the learner's own functions: each round's selection is the
+    lowest-accuracy set of the model trained so far; the replay ends on the run's model."""
+    learner, data = digits["learner"], digits["data"]
+    out, hparams, key = (local_accuracy_run[k] for k in ("out", "hparams", "key"))
+    assert np.all(out["num_failed"] == 0)
+    k_model, k_train = jax.random.split(run_keys(key, learner=True)[3])
+    state = learner.init(k_model, data, hparams)
+    signals, train = jax.jit(learner.signals), jax.jit(learner.step)
+    seen = []
+    for t, k_t in enumerate(jax.random.split(k_train, LA_ROUNDS)):
+        accuracy = np.asarray(signals(state, data, hparams)["local_accuracy"])
+        selected = out["selected"][t]
+        assert is_lowest(selected, accuracy, LA_CHANNELS), (t, accuracy[selected])
+        seen.append(accuracy)
+        state, _ = train(k_t, state, selected, selected, np.int32(t + 1), data, hparams)
+    final = jax.jit(learner.evaluate)(state, data)
+    np.testing.assert_array_equal(out["accuracy"][-1], np.asarray(final["accuracy"]))
+    # The signals follow the model: some later selection is not a lowest set of round 1's.
+    assert any(not is_lowest(out["selected"][t], seen[0], LA_CHANNELS) for t in range(1, LA_ROUNDS))
