@@ -283,7 +283,15 @@ class WirelessEnv(Environment):
 
     name = "wireless"
     # Fields of Observation and Feedback, for policy compatibility checks.
-    provides = ("available", "time", "reward", "round_time", "set_reward", "num_failed")
+    provides = (
+        "available",
+        "time",
+        "reward",
+        "round_time",
+        "set_reward",
+        "num_failed",
+        "mean_set_reward",
+    )
     # Recorded every round (the Feedback fields of the same names).
     round_metrics: ClassVar[dict[str, Metric]] = {
         "set_reward": Metric(("round",), "r(S(t)) = min_{k in S(t)} r_k(t), 0 if none selected"),
