@@ -38,7 +38,7 @@ def test_every_environment_is_an_environment_with_declared_metrics():
             assert isinstance(metric, Metric) and metric.dims[0] == "round" and metric.doc
             assert metric_name in env_type.provides
     assert dict(RbcsfEnv.round_metrics) == {}
-    assert list(WirelessEnv.round_metrics) == ["set_reward", "num_failed"]
+    assert list(WirelessEnv.round_metrics) == ["set_reward", "num_failed", "mean_set_reward"]
     assert list(HflEnv.round_metrics) == ["utility", "num_success"]
 
 
