@@ -128,7 +128,10 @@ def jfl_throughput(batch: int, rounds: int):
 
 def numpy_wireless_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
     def one_seed(seed, rounds):
-        wireless_numpy_loop(seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, 5.0)
+        tau_max = preset_params("ideal").tau_max  # the same setting as the jfl side
+        wireless_numpy_loop(
+            seed, rounds, K_WIRELESS, N_WIRELESS, 0.1, FAIRNESS_WIRELESS, 1.0, tau_max
+        )
 
     return numpy_loop_rate(one_seed, num_seeds, rounds, repeats)
 
