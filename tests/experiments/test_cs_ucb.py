@@ -197,6 +197,21 @@ def test_seed_layouts_and_benchmarks_share_explicit_distances():
     assert mu[0, 0] < mu[0, 1] < mu[0, 2]
 
 
+def test_seed_benchmarks_do_not_depend_on_the_seed_count():
+    """A seed's Monte Carlo μ and benchmark (which its runs read as ``mean_reward``) are the same
+    bits whether 2, 3 or 7 seeds are estimated together (the layouts are vmapped)."""
+    env = WirelessEnv()
+    params = make_params(6, tau_max=0.5)
+    zeros, ones = np.zeros((1, 6)), np.ones((1, 6))
+    common = dict(kind="best_set", num_samples=2000, mc_seed=1)
+    small = seed_benchmarks(env, params, seed_keys(0, np.arange(2)), [3], zeros, ones, **common)
+    for count in (3, 7):
+        keys = seed_keys(0, np.arange(count))
+        bench, mu = seed_benchmarks(env, params, keys, [3], zeros, ones, **common)
+        np.testing.assert_array_equal(mu[:2], small[1])
+        np.testing.assert_array_equal(bench[:, :2], small[0])
+
+
 def test_lp_benchmark_without_constraints_is_the_best_fixed_set():
     """r* of LP (23) with α = 1 and c = 0 equals μ(S*) of eq. (13) for every N and seed."""
     env = WirelessEnv()
