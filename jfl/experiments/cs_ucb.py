@@ -138,6 +138,16 @@ def seed_benchmarks(
     return benchmark, mu_unique[inverse]
 
 
+def add_scenario_vectors(
+    ds: xr.Dataset, *, fairness: np.ndarray, availability: np.ndarray, tau_max: float
+) -> xr.Dataset:
+    """c and α per configuration as variables of a results dataset, τ_max as an attribute."""
+    ds["queue_rate"] = (("config", "client"), fairness)
+    ds["availability_prob"] = (("config", "client"), availability)
+    ds.attrs["tau_max"] = float(tau_max)
+    return ds
+
+
 def add_scenario(
     ds: xr.Dataset,
     *,
@@ -147,13 +157,11 @@ def add_scenario(
     mu: np.ndarray,
     tau_max: float,
 ) -> xr.Dataset:
-    """c, α, the benchmark reward, Monte Carlo μ, τ_max and the per-round cumulative
-    pseudo-regret (:func:`pseudo_regret_curve`) as variables of a results dataset."""
-    ds["queue_rate"] = (("config", "client"), fairness)
-    ds["availability_prob"] = (("config", "client"), availability)
+    """:func:`add_scenario_vectors`, then the benchmark reward, Monte Carlo μ and the per-round
+    cumulative pseudo-regret (:func:`pseudo_regret_curve`)."""
+    ds = add_scenario_vectors(ds, fairness=fairness, availability=availability, tau_max=tau_max)
     ds["benchmark_reward"] = (("config", "seed"), benchmark)
     ds["mean_reward"] = (("seed", "client"), mu)
-    ds.attrs["tau_max"] = float(tau_max)
     ds["pseudo_regret_t"] = pseudo_regret_curve(ds)
     ds["pseudo_regret_t"].attrs["description"] = (
         "t·r_bench − Σ_{s≤t} μ(S(s)): cumulative pseudo-regret after round t"
@@ -297,6 +305,46 @@ class WirelessScenario(Sweep):
         checks.integer("--coherence-slots", self.coherence_slots)
         check_policies(self.policies, self.environment, self.trains)
 
+    def wireless_params(self, **overrides):
+        """``make_params`` with this sweep's K, τ_max and coherence slots, then ``overrides``."""
+        from jfl.envs.wireless import make_params
+
+        return make_params(
+            self.clients,
+            tau_max=self.tau_max,
+            coherence_slots=self.coherence_slots,
+            **overrides,
+        )
+
+    def scenario_plan(self, params, configs: pd.DataFrame, fairness, availability) -> Plan:
+        """The plan of a wireless sweep whose configs have an ``N`` column: c [C, K] and α [C, K]
+        per configuration, checked feasible first; every policy's fairness queue and rate
+        violation are measured against c."""
+        from jfl import sweep
+        from jfl.envs.wireless import WirelessEnv
+
+        sizes = configs["N"].to_numpy(int)
+        check_scenarios(configs, fairness, availability, sizes)
+
+        def finish(ds: xr.Dataset) -> xr.Dataset:
+            return add_scenario_vectors(
+                ds, fairness=fairness, availability=availability, tau_max=params.tau_max
+            )
+
+        return Plan(
+            WirelessEnv(),
+            params,
+            configs,
+            selection_size="N",
+            per_run_bytes=sweep.bytes_per_run(
+                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
+            ),
+            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
+            env_hparams=("availability",),
+            finish=finish,
+            metadata={"tau_max": params.tau_max, "tau_max_note": tau_max_note(params.tau_max)},
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class WirelessSweep(WirelessScenario):
@@ -323,20 +371,17 @@ class WirelessSweep(WirelessScenario):
         raise NotImplementedError
 
     def plan(self) -> Plan:
-        from jfl import sweep
-        from jfl.envs.wireless import WirelessEnv
         from jfl.runner import seed_keys
 
-        env, params = WirelessEnv(), self.params()
+        params = self.params()
         configs = self.configs().drop(columns="queue_rate", errors="ignore")
         fairness, availability = self.fairness_vectors(configs)
-        sizes = configs["N"].to_numpy(int)
-        check_scenarios(configs, fairness, availability, sizes)
+        plan = self.scenario_plan(params, configs, fairness, availability)
         bench, mu = seed_benchmarks(
-            env,
+            plan.env,
             params,
             seed_keys(self.base_seed, np.arange(self.seeds)),
-            sizes,
+            configs["N"].to_numpy(int),
             fairness,
             availability,
             kind=self.benchmark,
@@ -356,24 +401,12 @@ class WirelessSweep(WirelessScenario):
 
         # Each run reports μ(S(t)) from its own seed's μ_k, the benchmark's.
         mean_reward = np.broadcast_to(mu.astype(np.float32), (len(configs), *mu.shape))
-        return Plan(
-            env,
-            params,
-            configs,
-            selection_size="N",
-            per_run_bytes=sweep.bytes_per_run(
-                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
-            ),
-            # Every policy's fairness queue and rate violation are measured against c.
-            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
+        return dataclasses.replace(
+            plan,
             per_seed={"mean_reward": mean_reward},
-            env_hparams=("availability", "mean_reward"),
+            env_hparams=(*plan.env_hparams, "mean_reward"),
             finish=finish,
-            metadata={
-                "benchmark": BENCHMARK_NOTES[self.benchmark],
-                "tau_max": params.tau_max,
-                "tau_max_note": tau_max_note(params.tau_max),
-            },
+            metadata={"benchmark": BENCHMARK_NOTES[self.benchmark], **plan.metadata},
         )
 
     def metrics(self, ds) -> dict:
@@ -421,14 +454,7 @@ class CsUcbIdeal(WirelessSweep):
         return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
 
     def params(self):
-        from jfl.envs.wireless import make_params
-
-        return make_params(
-            self.clients,
-            tau_max=self.tau_max,
-            availability=1.0,
-            coherence_slots=self.coherence_slots,
-        )
+        return self.wireless_params(availability=1.0)
 
     def fairness_vectors(self, configs):
         return scenario_vectors(configs, self.clients, availability=1.0)
@@ -476,14 +502,9 @@ class FairnessScenario(WirelessScenario):
         checks.positive("--distance", checks.per_client("--distance", self.distance, self.clients))
 
     def params(self):
-        from jfl.envs.wireless import make_params
-
-        return make_params(
-            self.clients,
+        return self.wireless_params(
             distance=checks.per_client("--distance", self.distance, self.clients),
             availability=self.availability,
-            tau_max=self.tau_max,
-            coherence_slots=self.coherence_slots,
         )
 
 
@@ -692,15 +713,6 @@ class CsUcbQDelay(WirelessScenario):
         return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
 
     def plan(self) -> Plan:
-        from jfl import sweep
-        from jfl.envs.wireless import WirelessEnv, make_params
-
-        params = make_params(
-            self.clients,
-            tau_max=self.tau_max,
-            availability=self.availability,
-            coherence_slots=self.coherence_slots,
-        )
         configs = self.configs().drop(columns="queue_rate")
         samples = checks.per_client("--samples", self.samples, self.clients)
         fairness, availability = scenario_vectors(
@@ -709,28 +721,8 @@ class CsUcbQDelay(WirelessScenario):
             availability=self.availability,
             samples=samples,
         )
-        sizes = configs["N"].to_numpy(int)
-        check_scenarios(configs, fairness, availability, sizes)
-
-        def finish(ds: xr.Dataset) -> xr.Dataset:
-            ds["queue_rate"] = (("config", "client"), fairness)
-            ds["availability_prob"] = (("config", "client"), availability)
-            ds.attrs["tau_max"] = float(params.tau_max)
-            return ds
-
-        return Plan(
-            WirelessEnv(),
-            params,
-            configs,
-            selection_size="N",
-            per_run_bytes=sweep.bytes_per_run(
-                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
-            ),
-            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
-            env_hparams=("availability",),
-            finish=finish,
-            metadata={"tau_max": params.tau_max, "tau_max_note": tau_max_note(params.tau_max)},
-        )
+        params = self.wireless_params(availability=self.availability)
+        return self.scenario_plan(params, configs, fairness, availability)
 
     def metrics(self, ds) -> dict:
         return {

@@ -176,7 +176,7 @@ class FlCsUcbIdeal(WirelessScenario, Training):
         self.check_training()
 
     def plan(self) -> Plan:
-        from jfl.envs.wireless import WirelessEnv, make_params
+        from jfl.envs.wireless import WirelessEnv
         from jfl.fl.partition import make_partition
         from jfl.sweep import config_table
 
@@ -188,12 +188,7 @@ class FlCsUcbIdeal(WirelessScenario, Training):
         )
         dataset = self.load_data()
         partition = make_partition("iid", dataset.y_train, self.clients, self.partition_seed)
-        params = make_params(
-            self.clients,
-            tau_max=self.tau_max,
-            availability=1.0,
-            coherence_slots=self.coherence_slots,
-        )
+        params = self.wireless_params(availability=1.0)
         plan = Plan(WirelessEnv(), params, configs, selection_size=self.N, per_run_bytes=0)
         return self.federated_plan(plan, dataset, [partition], slots_of(self.clients))
 
