@@ -389,17 +389,22 @@ def run_policy_grid(
     starts = np.flatnonzero(np.r_[True, groups.to_numpy()[1:] != groups.to_numpy()[:-1]])
     if groups.iloc[starts].duplicated().any():
         raise ValueError("configs must list each (policy, m) group's rows contiguously")
+    bounds = list(zip(starts, [*starts[1:], len(configs)], strict=True))
+    # Every group is checked (environment, learner signals) before the first one compiles.
+    learners = []
+    for start, _ in bounds:
+        name, size = configs["policy"].iloc[start], int(sizes[start])
+        spec = get_policy(name)
+        spec.check_environment(env)
+        learners.append(None if learner is None else learner(name, size))
+        spec.check_learner(learners[-1])
     keys = seed_keys(base_seed, seeds)
     per_group = []
     bar = tqdm(total=len(configs), unit="config", disable=not show_progress, desc="sweep")
     try:
-        for start, stop in zip(starts, [*starts[1:], len(configs)], strict=True):
+        for (start, stop), group_learner in zip(bounds, learners, strict=True):
             name, size = configs["policy"].iloc[start], int(sizes[start])
-            spec = get_policy(name)
-            spec.check_environment(env)
-            group_learner = None if learner is None else learner(name, size)
-            spec.check_learner(group_learner)
-            policy = spec.build(num_clients, size)
+            policy = get_policy(name).build(num_clients, size)
             batched = make_batched_run(
                 make_run(
                     env,

@@ -260,7 +260,7 @@ def test_chunk_store_reports_corrupt_chunks(tmp_path):
 # --------------------------------------------------------------------------- run_policy_grid
 
 
-def test_run_policy_grid_checks_groups_and_per_config_rows_first():
+def test_run_policy_grid_checks_groups_and_per_config_rows_first(tmp_path):
     """Non-contiguous (policy, m) groups, per_config / per_seed arrays of the wrong shape and
     policies the environment cannot serve are refused before anything compiles."""
     env = WirelessEnv()
@@ -278,3 +278,9 @@ def test_run_policy_grid_checks_groups_and_per_config_rows_first():
     configs = pd.DataFrame({"policy": ["rbcsf"], "N": [1], "queue_rate": 0.0})
     with pytest.raises(ValueError, match="'rbcsf' reads"):
         run_policy_grid(env, params, configs, **common)
+    # A later group that cannot run stops the grid before the first group computes anything.
+    store = ChunkStore(tmp_path)
+    configs = pd.DataFrame({"policy": ["random", "local_accuracy"], "N": [1, 1], "queue_rate": 0})
+    with pytest.raises(ValueError, match="'local_accuracy' reads"):
+        run_policy_grid(env, params, configs, store=store, **common)
+    assert not (tmp_path / "chunks").exists()

@@ -749,6 +749,8 @@ def test_learner_with_local_steps_averages_numpy_sgd():
 
 
 def test_local_steps_do_not_depend_on_padding_or_slot():
+    """The steps protocol draws each minibatch per position, so padding (S = 12 instead of 8)
+    leaves every client's model as it was, and a client's model does not depend on its slot."""
     everyone = select(0, 1, 2, 3, 4)
     short, _ = step(STEPS, as_state(PARAMS), everyone)
     long, _ = step(STEPS, as_state(PARAMS), everyone, data=PADDED)
