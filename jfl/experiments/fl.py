@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import ClassVar
 
 import numpy as np
@@ -43,10 +44,13 @@ class FlRbcsf(RbcsfScenario, Training):
 
     The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
     the selected clients train the model with FedAvg, and the simulated wall-clock advances by
-    each round's time. Client data follow §6.2.1: each client draws its class mix from
-    Dir(γ₁·1) (``--gamma1``, ``iid`` for an IID split). Default: scikit-learn's digits with
-    logistic regression; the paper's setting is Fashion-MNIST with its CNN (``--dataset
-    fashion_mnist --data-dir DIR --model fashion_cnn``).
+    each round's time. Client data follow §6.2.1: "we uniformly sample q_i × 500 items from each
+    of the classifying class", q ~ Dir(γ₁·1) (``--gamma1``, ``iid`` for an IID split): every
+    client holds ``--samples-per-client`` = 500 samples, in every γ₁ scenario. A training set
+    with fewer than 500 per client caps the size at n // N, with a note (digits: 1437 samples,
+    35 each for 40 clients). Default: scikit-learn's digits with logistic regression; the
+    paper's setting is Fashion-MNIST or CIFAR-10 with its CNN (``--dataset fashion_mnist
+    --data-dir DIR --model fashion_cnn``).
 
         python sweeps/fl_rbcsf.py                                   # Fig. 6
         python sweeps/fl_rbcsf.py --policies dirichlet_random --gamma2 0.1,1,10  # Fig. 5
@@ -54,8 +58,8 @@ class FlRbcsf(RbcsfScenario, Training):
 
     gamma1: Concentrations = (1.0, 10.0, math.inf)
     """data concentration γ₁ > 0, or 'iid' (a list)"""
-    samples_per_client: int | None = None
-    """Dirichlet client size (default: n // N)"""
+    samples_per_client: int | None = 500
+    """samples per client ≥ 1 (§6.2.1: 500), capped at n // N; None: n // N"""
     seeds: int = 8
     rounds: int = 100
     lr: Floats = (0.3,)
@@ -78,30 +82,29 @@ class FlRbcsf(RbcsfScenario, Training):
         checks.in_range("--beta", self.beta, 0.0, 1.0)
         checks.distinct("--gamma1", self.gamma1)
 
-    def partitions(self, labels):
-        """One partition per γ₁ (IID for ∞), all from ``--partition-seed``."""
+    def client_size(self, num_samples: int) -> int:
+        """Samples per client: ``--samples-per-client`` capped at n // N (n // N for None)."""
+        most = max(num_samples // self.clients, 1)
+        if self.samples_per_client is None:
+            return most
+        return min(self.samples_per_client, most)
+
+    def partitions(self, labels, size: int):
+        """One partition per γ₁ (IID for ∞), all from ``--partition-seed``, every client with
+        ``size`` samples."""
         from jfl.fl.partition import make_partition
 
         partitions = []
         for gamma1 in self.gamma1:
+            # The IID split gets the Dirichlet size too, so γ₁ alone differs between scenarios.
             if math.isinf(gamma1):
-                options = {}
-                if self.samples_per_client is not None:
-                    options["samples_per_client"] = self.samples_per_client
-                partitions.append(
-                    make_partition("iid", labels, self.clients, self.partition_seed, **options)
-                )
+                name, options = "iid", {}
             else:
-                partitions.append(
-                    make_partition(
-                        "dirichlet",
-                        labels,
-                        self.clients,
-                        self.partition_seed,
-                        concentration=gamma1,
-                        samples_per_client=self.samples_per_client,
-                    )
-                )
+                name, options = "dirichlet", {"concentration": gamma1}
+            partition = make_partition(
+                name, labels, self.clients, self.partition_seed, samples_per_client=size, **options
+            )
+            partitions.append(partition)
         return partitions
 
     def plan(self) -> Plan:
@@ -115,11 +118,23 @@ class FlRbcsf(RbcsfScenario, Training):
         )
         configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
         dataset = self.load_data()
+        num_samples = int(dataset.y_train.shape[0])
+        size = self.client_size(num_samples)
+        requested = self.samples_per_client
+        if requested is not None and size < requested:
+            print(
+                f"note: {dataset.name} has {num_samples} training samples, {size} per client "
+                f"instead of {requested} (--samples-per-client)",
+                file=sys.stderr,
+            )
         env, params = self.environment_params()
         plan = Plan(env, params, configs, selection_size=self.m, per_run_bytes=0)
-        return self.federated_plan(
-            plan, dataset, self.partitions(dataset.y_train), slots_of(self.clients)
+        plan = self.federated_plan(
+            plan, dataset, self.partitions(dataset.y_train, size), slots_of(self.clients)
         )
+        spc = {"requested": requested, "used": size}
+        data = {**plan.metadata["data"], "samples_per_client": spc}
+        return dataclasses.replace(plan, metadata={**plan.metadata, "data": data})
 
     def figures(self, ds, summary, folder) -> None:
         write_figures(ds, folder, self.title, ("gamma1", "learning_rate"))

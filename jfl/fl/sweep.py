@@ -22,7 +22,7 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Floats
 from jfl.fl.data import DATASETS, Dataset
-from jfl.fl.models import MODELS
+from jfl.fl.models import MODELS, PADDINGS
 from jfl.fl.partition import Partition, stack_clients
 from jfl.fl.train import AGGREGATIONS, FederatedData
 
@@ -48,6 +48,8 @@ class Training:
     """directory with the dataset's files (not for digits)"""
     model: str = "logistic"
     """one of logistic, fashion_cnn, cifar_cnn"""
+    padding: str = "valid"
+    """CNN padding: valid (LeNet's; inputs of at least 16×16) or same (any size, e.g. digits)"""
     epochs: int = 1
     """local epochs E ≥ 1 (when --local-steps is None)"""
     batch_size: int = 10
@@ -68,6 +70,7 @@ class Training:
     def check_training(self) -> None:
         checks.choice("--dataset", self.dataset, DATASETS)
         checks.choice("--model", self.model, sorted(MODELS))
+        checks.choice("--padding", self.padding, PADDINGS)
         checks.choice("--aggregation", self.aggregation, AGGREGATIONS)
         checks.integer("--epochs", self.epochs)
         checks.integer("--batch-size", self.batch_size)
@@ -83,10 +86,21 @@ class Training:
         checks.positive("--lr", self.lr)
 
     def load_data(self) -> Dataset:
-        """The dataset (``DatasetError``, a ValueError, if it cannot be read)."""
+        """The dataset (``DatasetError``, a ValueError, if it cannot be read), checked against
+        the model's smallest input."""
         from jfl.fl.data import load_dataset
 
-        return load_dataset(self.dataset, self.data_dir)
+        dataset = load_dataset(self.dataset, self.data_dir)
+        self.check_model_input(dataset)
+        return dataset
+
+    def check_model_input(self, dataset: Dataset) -> None:
+        """ValueError (one line) when ``--model`` with ``--padding`` cannot take the dataset's
+        samples, e.g. a "valid" CNN on 8×8 digits."""
+        from jfl.fl.models import check_input_shape, make_model
+
+        model = make_model(self.model, dataset.num_classes, self.padding)
+        check_input_shape(model, dataset.x_train.shape[1:], dataset.name)
 
     def federated_plan(
         self,
@@ -101,19 +115,24 @@ class Training:
         """``plan`` (a selection plan whose configs have ``learning_rate`` and ``partition``
         columns) with the learner, the stacked data, the memory estimate and the accuracy
         variables; ``slots(policy, size)`` bounds the clients a policy can select in a round."""
-        from jfl.fl.models import make_model
+        from jfl.fl.models import CNN, check_input_shape, make_model
         from jfl.fl.train import make_learner
 
         configs = plan.configs
         num_clients = plan.env_params.num_clients
         sample_shape = tuple(dataset.x_train.shape[1:])
-        model = make_model(self.model, dataset.num_classes)
+        model = make_model(self.model, dataset.num_classes, self.padding)
+        # Also here for datasets that did not come through load_data: a too-small input would
+        # otherwise fail inside flax's initialiser, with no word of the model or the padding.
+        check_input_shape(model, sample_shape, dataset.name)
         num_params, activations = model_footprint(model, sample_shape)
         size = plan.selection_size
         sizes = configs[size] if isinstance(size, str) else np.full(len(configs), size)
         policy_sizes = zip(configs["policy"], np.asarray(sizes, int), strict=True)
         largest = max(slots(policy, int(n)) for policy, n in policy_sizes)
         data = federated_data(dataset, partitions)
+        # Logistic regression has no padding to record.
+        padding = {"padding": self.padding} if isinstance(model, CNN) else {}
 
         def learner(policy: str, size: int):
             return make_learner(
@@ -160,7 +179,7 @@ class Training:
             finish=finish,
             metadata={
                 **plan.metadata,
-                "model": {"name": self.model, "parameters": num_params},
+                "model": {"name": self.model, "parameters": num_params, **padding},
                 "data": {
                     "train": int(dataset.y_train.shape[0]),
                     "test": int(dataset.y_test.shape[0]),

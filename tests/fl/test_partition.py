@@ -165,6 +165,63 @@ def test_dirichlet_keeps_client_totals_when_pools_run_out(seed):
     assert np.unique(np.concatenate(client_indices(p))).size == labels.size
 
 
+class RecordingRng:
+    """A generator that remembers the class mixes q that ``dirichlet`` draws."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.q = []
+
+    def dirichlet(self, alpha):
+        q = self.rng.dirichlet(alpha)
+        self.q.append(q / q.sum())
+        return q
+
+    def __getattr__(self, name):
+        return getattr(self.rng, name)
+
+
+@pytest.mark.parametrize("gamma1", [1.0, 10.0])
+def test_rbcsf_paper_size_500_per_client(gamma1):
+    """RBCS-F §6.2.1: "we uniformly sample q_i × 500 items from each of the classifying class",
+    q ~ Dir(γ₁·1), for 40 clients of a 60,000-sample, 10-class training set (Fashion-MNIST's
+    size). Every client gets exactly 500 samples, disjoint, and its class counts are its
+    multinomial(500, q) draw: within 5 standard deviations of 500·q. No pool runs out (each
+    class is asked for ≈ 40·500/10 = 2000 of its 6000 samples)."""
+    clients, s = 40, 500
+    labels = balanced_labels(6000, 10)
+    rng = RecordingRng(0)
+    p = dirichlet(labels, clients, gamma1, rng, samples_per_client=s)
+    assert_valid(p, labels.size, clients)
+    np.testing.assert_array_equal(p.count, s)
+    assert len(rng.q) == clients
+    for q, y in zip(rng.q, client_labels(p, labels), strict=True):
+        hist = np.bincount(y, minlength=10)
+        std = np.sqrt(s * q * (1 - q))
+        assert np.all(np.abs(hist - s * q) <= 5 * std + 1e-9), (hist, s * q)
+    # The IID split of the same experiment gets the same client size.
+    p = make_partition("iid", labels, clients, 0, samples_per_client=s)
+    assert_valid(p, labels.size, clients)
+    np.testing.assert_array_equal(p.count, s)
+
+
+def test_digits_sized_data_gives_35_per_client():
+    """scikit-learn digits has 1437 training samples: 40 clients get 1437 // 40 = 35 each (the
+    cap FlRbcsf applies to --samples-per-client 500), in both partitions."""
+    labels = np.random.default_rng(0).integers(0, 10, 1437)
+    for name, options in (("dirichlet", {"concentration": 1.0}), ("iid", {})):
+        p = make_partition(name, labels, 40, 0, samples_per_client=35, **options)
+        assert_valid(p, labels.size, 40)
+        np.testing.assert_array_equal(p.count, 35)
+    # 500 per client is more than the data holds.
+    with pytest.raises(ValueError, match=r"samples_per_client must be .* = \[1, 35\]"):
+        make_partition("dirichlet", labels, 40, 0, concentration=1.0, samples_per_client=500)
+    # No size: n // N for Dirichlet; IID deals out every sample.
+    p = make_partition("dirichlet", labels, 40, 0, concentration=1.0)
+    np.testing.assert_array_equal(p.count, 35)
+    assert make_partition("iid", labels, 40, 0).count.sum() == 1437
+
+
 # --- two_labels --------------------------------------------------------------------------------
 
 
