@@ -223,7 +223,10 @@ def run(config: Sweep) -> Result:
     ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
     if plan.finish is not None:
         ds = plan.finish(ds)
-    metadata = {**sweep.run_metadata(manifest, wall_seconds=wall), **plan.metadata}
+    metadata = sweep.run_metadata(manifest, wall_seconds=wall)
+    if plan.fixed:
+        metadata["fixed_hparams"] = {name: float(value) for name, value in plan.fixed.items()}
+    metadata.update(plan.metadata)
     summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
     results.write_dataset(ds, out / "results.nc", metadata)
     summary.to_csv(out / "summary.csv", index=False)

@@ -7,11 +7,14 @@ upper bound is below B's lower bound, so the tolerance comes from the seed count
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from jfl.envs import RbcsfEnv
+from jfl.envs.rbcsf import PAPER_CLASSES
 from jfl.results import run_metrics, to_dataset
 from jfl.stats import mean_ci
 from jfl.sweep import config_table, run_policy_grid
@@ -103,10 +106,69 @@ def test_pull_records_even_for_random_and_small_V_skewed_for_large_V_and_fedcs(p
         assert _below(jain[less_fair], jain[fairer]), (fairer, less_fair)
 
 
-def test_fedcs_selects_about_eight_clients_a_round(paper):
-    """Footnote 5: a 3 s deadline makes FedCS select about m = 8 clients a round."""
+def fedcs_clients_per_round(eta_base, deadline=3.0, p_available=0.8, num_rounds=500):
+    """Closed form of FedCS's mean clients per round over ``num_rounds`` rounds (N = 40).
+
+    A client meets the deadline when τ* = τ_b/μ + s·τ_s + M/(B·η) ≤ d, with μ ~ U[0.5, 2] and
+    B ~ U[2, 4] independent: P(meet | s) = E_B[P(μ ≥ τ_b / (d − s·τ_s − M/(Bη)))], one integral
+    over B. Its cold start s is 1 unless it was selected last round, so its selection
+    probability follows π_1 = p·q₁, π_{t+1} = p·(q₀·π_t + q₁·(1 − π_t)), averaged over the rounds.
+    """
+    from scipy import integrate
+
+    total = 0.0
+    for tau_b, tau_s, snr in zip(*PAPER_CLASSES.values(), strict=True):
+        eta = math.log(1.0 + snr, eta_base)
+
+        def meets(bandwidth, budget, tau_b, eta):
+            slack = budget - 20.0 / (bandwidth * eta)
+            return 0.0 if slack <= 0 else min(max((2.0 - tau_b / slack) / 1.5, 0.0), 1.0)
+
+        q0, q1 = (
+            integrate.quad(meets, 2.0, 4.0, args=(deadline - s * tau_s, tau_b, eta), limit=200)[0]
+            / 2.0
+            for s in (0.0, 1.0)
+        )
+        pi, mean = p_available * q1, 0.0
+        for _ in range(num_rounds):
+            mean += pi / num_rounds
+            pi = p_available * (q0 * pi + q1 * (1.0 - pi))
+        total += 10 * mean  # 10 clients per class
+    return total
+
+
+def _interval_999(values):
+    """Student-t 99.9% interval of the mean over seeds."""
+    values = np.asarray(values, float)
+    half = stats.t.ppf(0.9995, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+    return values.mean() - half, values.mean() + half
+
+
+def test_fedcs_clients_per_round_match_the_closed_form_with_eta_in_bits(paper):
+    """Footnote 5 ("approximates to 8"): with η = log₂(1 + SNR), FedCS(3) selects ≈ 8.78 clients
+    a round by the closed form; the run's mean over seeds lies in its 99.9% interval."""
     ds, metrics = paper
-    mean, lo, hi = _ci(_metric(metrics, ds, "selected_per_round", "fedcs"))
-    assert 6.0 <= lo and hi <= 10.0, (mean, lo, hi)
+    closed = fedcs_clients_per_round(2.0)
+    assert 8.7 < closed < 8.9
+    low, high = _interval_999(_metric(metrics, ds, "selected_per_round", "fedcs"))
+    assert low <= closed <= high, (closed, low, high)
     for V in VS:  # RBCS-F always picks k = min(8, #available), which is 8 w.h.p. with N = 40
         assert _ci(_metric(metrics, ds, "selected_per_round", "rbcsf", V))[0] > 7.9
+
+
+def test_fedcs_clients_per_round_match_the_closed_form_with_natural_log():
+    """With η = ln(1 + SNR) FedCS(3) selects ≈ 7.02 clients a round (closed form; no class-2
+    client with a cold start can meet 3 s), and the run agrees within its 99.9% interval."""
+    closed = fedcs_clients_per_round(math.e)
+    assert 6.9 < closed < 7.1
+    env = RbcsfEnv()
+    configs = config_table(["fedcs"], {"deadline": [3.0]})
+    seeds = np.arange(16)
+    outputs = run_policy_grid(
+        env, env.default_params(eta_base=math.e), configs, num_clients=40, m=8, num_rounds=500,
+        seeds=seeds, base_seed=2024, chunk_size=1, show_progress=False,
+    )  # fmt: skip
+    ds = to_dataset(outputs, configs, seeds)
+    per_seed = run_metrics(ds)["selected_per_round"].isel(config=0).to_numpy()
+    low, high = _interval_999(per_seed)
+    assert low <= closed <= high, (closed, low, high)

@@ -2,7 +2,8 @@
 
 Each round every client reports a context ``c = [1/μ, s, M/B]`` and its availability; the
 expected exchange time is ``τ* = c·θ*`` and the realised one ``τ = τ*(1 + u)``, ``u ~ U(-a, a)``
-(paper: ``a = 1``), revealed only for selected clients. ``s = 1`` when the client was *not*
+(paper: ``a = 1``), revealed only for selected clients. θ*_n = [τ_b, τ_s, 1/η] with
+η = log₂(1 + SNR) by default (``eta_base``; SPEC §9). ``s = 1`` when the client was *not*
 selected in the previous round (it pays the cold-start time τ_s; every client in round 1).
 
 Gymnax-style: the environment object is stateless; ``params`` and ``state`` are pytrees.
@@ -30,6 +31,9 @@ class RbcsfParams:
     p_available: float = 0.8
     model_size: float = 20.0  # Mb
     noise: float = 1.0  # half-width a of u ~ U(-a, a)
+    # Base of the logarithm in η = log(1 + SNR) that built θ* (2: bits, SPEC §9; e: nats);
+    # recorded here, θ* already holds it.
+    eta_base: float = 2.0
 
     @property
     def num_clients(self) -> int:
@@ -65,8 +69,12 @@ class Conditions(NamedTuple):
 PAPER_CLASSES = {
     "train_time": (1.0, 2.0, 3.0, 4.0),  # τ_b (s), Table I
     "cold_start_time": (1.0, 1.0, 1.0, 1.0),  # τ_s (s)
-    "snr": (1000.0, 100.0, 10.0, 1.0),  # η = ln(1 + SNR)
+    "snr": (1000.0, 100.0, 10.0, 1.0),  # η = log(1 + SNR)
 }
+# The paper's η ≜ log(1 + SNR) "multiplying which with B_{t,n} yields the Shannon formula", with
+# the model size M "measured by bit" (§4.4.2): a rate in bits needs log₂. Base e keeps the
+# natural-log reading (FedCS(3) then selects 7.0 clients a round instead of ≈ 8.8).
+ETA_BASES = {"2": 2.0, "e": float(np.e)}
 
 
 def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
@@ -93,11 +101,14 @@ def make_params(
     p_available: float = 0.8,
     model_size: float = 20.0,
     noise: float = 1.0,
+    eta_base: float = 2.0,
     dtype=jnp.float32,
 ) -> RbcsfParams:
     """Build validated parameters; the per-class tables share one length (the number of classes).
 
-    ``dtype`` sets the precision of everything the environment computes (float64 needs x64).
+    ``eta_base`` is the base of the logarithm in η = log(1 + SNR) (2 by default, e for the
+    natural-log reading; ``ETA_BASES``). ``dtype`` sets the precision of everything the
+    environment computes (float64 needs x64).
     """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
@@ -118,8 +129,8 @@ def make_params(
     _check_range("p_available", p_available, 0, 1)
     _check_range("model_size", model_size, 0, np.inf, low_open=True)
     _check_range("noise", noise, 0, 1)
-    cls = client_classes(num_clients, len(train_time))
-    theta = np.stack([train_time[cls], cold_start_time[cls], 1.0 / np.log1p(snr[cls])], axis=1)
+    _check_range("eta_base", eta_base, 1, np.inf, low_open=True)
+    theta = theta_table(num_clients, train_time, cold_start_time, snr, eta_base)
     return RbcsfParams(
         theta=jnp.asarray(theta, dtype),
         bandwidth_low=float(bandwidth_range[0]),
@@ -129,7 +140,63 @@ def make_params(
         p_available=float(p_available),
         model_size=float(model_size),
         noise=float(noise),
+        eta_base=float(eta_base),
     )
+
+
+def theta_table(num_clients, train_time, cold_start_time, snr, eta_base=2.0) -> np.ndarray:
+    """θ*_n = [τ_b, τ_s, 1/log_b(1 + SNR)] of client n's class (f64[N, 3], NumPy)."""
+    cls = client_classes(num_clients, len(train_time))
+    eta = np.log1p(np.asarray(snr, float)[cls]) / np.log(eta_base)
+    return np.stack(
+        [np.asarray(train_time, float)[cls], np.asarray(cold_start_time, float)[cls], 1.0 / eta],
+        axis=1,
+    )
+
+
+class BanditBounds(NamedTuple):
+    """Constants of the linear bandit behind RBCS-F's Lemma 1 for one parameter set."""
+
+    noise: float  # R: |ε| ≤ R, so ε is R-sub-Gaussian
+    theta_norm: float  # S ≥ ‖θ*_n‖₂
+    context_norm: float  # L ≥ ‖c_{t,n}‖₂
+
+
+def bandit_bounds(params: RbcsfParams) -> BanditBounds:
+    """R, S and L of Lemma 1 (RBCS-F eq. 15 and Appendix B) for the environment ``params``.
+
+    Every context lies in the box c ≤ c_max = [1/μ_low, 1, M/B_low] and θ* ≥ 0, so
+    ``L = ‖c_max‖`` and the largest expected time of client n is τ*_max,n = c_max·θ*_n. The
+    noise ε = τ − τ* = τ*·u with |u| ≤ a is bounded, |ε| ≤ a·max_n τ*_max,n = R, and a zero-mean
+    variable bounded by R is R-sub-Gaussian (Hoeffding's lemma), as eq. 15 requires. ``S`` is the
+    largest ‖θ*_n‖; through 1/η both S and R depend on ``eta_base``. Paper setting, η in bits:
+    R = 19, S = √18 ≈ 4.24, L = √105 ≈ 10.25 (natural log: R ≈ 23.4, S ≈ 4.37).
+    """
+    return box_bounds(
+        np.asarray(params.theta, float),
+        params.cpu_low,
+        params.bandwidth_low,
+        params.model_size,
+        params.noise,
+    )
+
+
+def box_bounds(theta, cpu_low, bandwidth_low, model_size, noise) -> BanditBounds:
+    """``bandit_bounds`` from plain numbers (NumPy only: no device array is created)."""
+    theta = np.asarray(theta, float)
+    c_max = np.array([1.0 / cpu_low, 1.0, model_size / bandwidth_low])
+    return BanditBounds(
+        noise=float(noise * np.max(theta @ c_max)),
+        theta_norm=float(np.max(np.linalg.norm(theta, axis=1))),
+        context_norm=float(np.linalg.norm(c_max)),
+    )
+
+
+def paper_bounds(eta_base: float = 2.0) -> BanditBounds:
+    """``bandit_bounds`` of the paper's setting (Table I, §6.1), for ``eta_base``."""
+    classes = len(PAPER_CLASSES["snr"])
+    theta = theta_table(classes, *PAPER_CLASSES.values(), eta_base=eta_base)
+    return box_bounds(theta, cpu_low=0.5, bandwidth_low=2.0, model_size=20.0, noise=1.0)
 
 
 def _dot3(a, b):

@@ -8,7 +8,7 @@ FedCS(3 s), 64 seeds each. Its figures are the paper's Figs. 2–4 and, for V ×
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -42,6 +42,8 @@ class RbcsfScenario(Sweep):
     """clients selected per round, 1 ≤ m ≤ N"""
     p_available: float = 0.8
     """availability in [0, 1]"""
+    eta_base: Literal["2", "e"] = "2"
+    """base of the log in η = log(1 + SNR): 2 (rate in bits, SPEC §9) or e (natural log)"""
 
     environment: ClassVar[str] = "rbcsf"
 
@@ -58,9 +60,25 @@ class RbcsfScenario(Sweep):
 
     def environment_params(self):
         from jfl.envs import RbcsfEnv
+        from jfl.envs.rbcsf import ETA_BASES
 
         env = RbcsfEnv()
-        return env, env.default_params(num_clients=self.clients, p_available=self.p_available)
+        return env, env.default_params(
+            num_clients=self.clients,
+            p_available=self.p_available,
+            eta_base=ETA_BASES[self.eta_base],
+        )
+
+    def bandit_hparams(self, params) -> dict[str, float]:
+        """RBCS-F's Lemma-1 R, S, L for ``params`` (used by its ``lemma1`` schedule)."""
+        from jfl.envs.rbcsf import bandit_bounds
+
+        bounds = bandit_bounds(params)
+        return {
+            "noise_scale": bounds.noise,
+            "theta_bound": bounds.theta_norm,
+            "context_bound": bounds.context_norm,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +112,11 @@ class VBetaGrid(RbcsfScenario):
     def plan(self) -> Plan:
         from jfl import sweep
 
-        fixed = {"lam": self.lam}
+        env, params = self.environment_params()
+        fixed = {"lam": self.lam, **self.bandit_hparams(params)}
         configs = sweep.config_table(
             self.policies, self.grid(), fixed=fixed, fairness_target=self.fairness_target
         )
-        env, params = self.environment_params()
         return Plan(
             env,
             params,

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from jfl.envs.rbcsf import (
+    ETA_BASES,
     PAPER_CLASSES,
     RbcsfEnv,
     RbcsfState,
+    bandit_bounds,
     client_classes,
     make_params,
 )
@@ -99,12 +101,12 @@ def test_draw_ranges_and_means(sample):
 
 def test_expected_time_by_class_and_cold_start(sample, params):
     """Mean of τ* given the cold-start flag s, per class, equals
-    E[1/μ]·τ_b + s·τ_s + M·E[1/B]/η with η = ln(1 + SNR) (4 SE from the sample std)."""
+    E[1/μ]·τ_b + s·τ_s + M·E[1/B]/η with η = log₂(1 + SNR) (4 SE from the sample std)."""
     classes = client_classes(params.num_clients, 4)
     for c in range(4):
         tau_b = PAPER_CLASSES["train_time"][c]
         tau_s = PAPER_CLASSES["cold_start_time"][c]
-        eta = math.log1p(PAPER_CLASSES["snr"][c])
+        eta = math.log2(1.0 + PAPER_CLASSES["snr"][c])
         for s in (0.0, 1.0):
             rows = (sample["cold_start"] == s) & (classes == c)[None, :]
             assert rows.sum() > 1000
@@ -176,13 +178,49 @@ def test_observation_of_constructed_state():
 
 @pytest.mark.parametrize("num_clients", [40, 10, 7, 1])
 def test_client_classes_and_theta(num_clients):
-    """Class of client n is floor(4n/N); θ*_n = [τ_b, τ_s, 1/ln(1+SNR)] of its class."""
+    """Class of client n is floor(4n/N); θ*_n = [τ_b, τ_s, 1/log_b(1+SNR)] of its class, b = 2 by
+    default and e with ``eta_base=e``; the base is recorded in the parameters."""
     want = np.array([math.floor(4 * n / num_clients) for n in range(num_clients)])
     np.testing.assert_array_equal(client_classes(num_clients, 4), want)
-    theta = np.asarray(make_params(num_clients=num_clients).theta)
-    np.testing.assert_allclose(theta, paper_theta(num_clients), rtol=1e-6)
+    thetas = []
+    for base in (2.0, math.e):
+        params = make_params(num_clients=num_clients, eta_base=base)
+        assert params.eta_base == base
+        thetas.append(np.asarray(params.theta))
+        np.testing.assert_allclose(thetas[-1], paper_theta(num_clients, eta_base=base), rtol=1e-6)
+    # 1/log₂(x) ÷ 1/ln(x) = ln 2 for every client; τ_b and τ_s do not depend on the base
+    np.testing.assert_allclose(thetas[0][:, 2] / thetas[1][:, 2], math.log(2.0), rtol=1e-6)
+    np.testing.assert_array_equal(thetas[0][:, :2], thetas[1][:, :2])
     if num_clients == 40:
         assert np.bincount(want).tolist() == [10, 10, 10, 10]
+        assert ETA_BASES == {"2": 2.0, "e": math.e}
+
+
+@pytest.mark.parametrize("base", [2.0, math.e])
+def test_bandit_bounds_hold_on_a_rollout_and_are_attained(sample, base):
+    """Lemma 1's R, S, L: ‖θ*_n‖ ≤ S with equality for some client; every context of the rollout
+    has ‖c‖ ≤ L (within 3% of it: the sample nears the draw box's corner) and every realised
+    |τ − τ*| ≤ R. Against a brute-force maximum over the box's corners, not the formula."""
+    params = make_params(eta_base=base)
+    bounds = bandit_bounds(params)
+    theta = paper_theta(40, eta_base=base)
+    assert bounds.theta_norm == pytest.approx(np.linalg.norm(theta, axis=1).max(), rel=1e-6)
+    corners = np.array(
+        [[1 / mu, s, 20.0 / b] for mu in (0.5, 2.0) for s in (0.0, 1.0) for b in (2.0, 4.0)]
+    )
+    assert bounds.context_norm == pytest.approx(np.linalg.norm(corners, axis=1).max())
+    assert bounds.noise == pytest.approx((corners @ theta.T).max(), rel=1e-6)
+    if base == 2.0:  # the figures quoted in the docs
+        assert (bounds.noise, bounds.theta_norm**2, bounds.context_norm**2) == pytest.approx(
+            (19.0, 18.0, 105.0), rel=1e-6
+        )
+    # the default-parameter rollout (η in bits) against its own bounds
+    if base == 2.0:
+        norms = np.linalg.norm(sample["context"], axis=-1)
+        assert norms.max() <= bounds.context_norm and norms.max() > 0.97 * bounds.context_norm
+        action = sample["action"]
+        deviation = np.abs(sample["time"] - sample["expected_time"])[action]
+        assert deviation.max() <= bounds.noise * (1 + 1e-6)
 
 
 def test_reset_is_deterministic_in_the_key(params):
@@ -209,6 +247,7 @@ def test_reset_is_deterministic_in_the_key(params):
         ({"snr": (1000.0, 100.0, 10.0, -1.0)}, "snr"),
         ({"train_time": (1.0, 2.0, 3.0)}, "train_time"),
         ({"cold_start_time": (1.0, 1.0)}, "cold_start_time"),
+        ({"eta_base": 1.0}, "eta_base"),
     ],
 )
 def test_make_params_rejects_bad_input(kwargs, name):
