@@ -1,7 +1,9 @@
 """Stable orderings of one key vector, shared by the selection and assignment kernels.
 
-The order is by ascending key, ties to the lower index; an optional ``unavailable`` mask puts
-the unavailable entries after all the available ones. Two implementations give the same order of
+The order is by ascending key, ties to the lower index, or to the lower ``priority`` when one is
+given (a permutation of 0..P-1, e.g. a per-run random order of the clients, so that ties favour
+no index); an optional ``unavailable`` mask puts the unavailable entries after all the available
+ones. Two implementations give the same order of
 the available entries (the unavailable ones follow, by key in the counting order, by index in the
 sorted one):
 
@@ -42,30 +44,45 @@ def materialise(x: jax.Array) -> jax.Array:
     return jnp.matmul(jnp.clip(x, -limit, limit), eye, precision=lax.Precision.HIGHEST)
 
 
-def _check(key, unavailable):
+def _check(key, unavailable, priority=None):
     chex.assert_rank(key, 1)
     if unavailable is not None:
         chex.assert_rank(unavailable, 1)
         chex.assert_type(unavailable, bool)
         chex.assert_equal_shape([key, unavailable])
+    if priority is not None:
+        chex.assert_rank(priority, 1)
+        chex.assert_type(priority, int)
+        chex.assert_equal_shape([key, priority])
 
 
-def counting_rank(key: jax.Array, unavailable: jax.Array | None = None) -> jax.Array:
-    """Position of each entry in the order (available first, ascending key, lower index first).
+def inverse_permutation(permutation: jax.Array) -> jax.Array:
+    """``inverse[permutation[i]] = i`` (int32[P]), one scatter."""
+    index = jnp.arange(permutation.shape[0], dtype=jnp.int32)
+    return jnp.zeros_like(index).at[permutation].set(index, unique_indices=True)
+
+
+def counting_rank(
+    key: jax.Array, unavailable: jax.Array | None = None, priority: jax.Array | None = None
+) -> jax.Array:
+    """Position of each entry in the order (available first, ascending key, then ascending
+    ``priority``, by default the index).
 
     O(P^2) comparisons: ``i`` precedes ``j`` if it is available and ``j`` is not, or both are
-    (un)available and ``key[i] < key[j]``, or the keys are equal and ``i < j``. A NaN key compares
-    neither before nor after anything; keep keys NaN-free (or materialised with ``materialise``).
+    (un)available and ``key[i] < key[j]``, or the keys are equal and ``priority[i] <
+    priority[j]``. A NaN key compares neither before nor after anything; keep keys NaN-free (or
+    materialised with ``materialise``).
 
     Args:
       key: [P] sort key (float or int).
       unavailable: optional bool[P]; unavailable entries go after the available ones.
+      priority: optional int[P] permutation of 0..P-1 that breaks ties (default: the index).
 
     Returns:
       int32[P] rank, a permutation of 0..P-1.
     """
-    _check(key, unavailable)
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
+    _check(key, unavailable, priority)
+    index = jnp.arange(key.shape[0], dtype=jnp.int32) if priority is None else priority
     a_key, b_key = key[:, None], key[None, :]
     before = (a_key < b_key) | ((a_key == b_key) & (index[:, None] < index[None, :]))
     if unavailable is not None:
@@ -74,30 +91,39 @@ def counting_rank(key: jax.Array, unavailable: jax.Array | None = None) -> jax.A
     return jnp.sum(before, axis=0, dtype=jnp.int32)
 
 
-def counting_order(key: jax.Array, unavailable: jax.Array | None = None) -> jax.Array:
+def counting_order(
+    key: jax.Array, unavailable: jax.Array | None = None, priority: jax.Array | None = None
+) -> jax.Array:
     """Indices in the order of ``counting_rank`` (its inverse permutation), int32[P]."""
-    rank = counting_rank(key, unavailable)
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
-    return jnp.zeros_like(index).at[rank].set(index, unique_indices=True)
+    return inverse_permutation(counting_rank(key, unavailable, priority))
 
 
-def sort_order(key: jax.Array, unavailable: jax.Array | None = None) -> jax.Array:
+def sort_order(
+    key: jax.Array, unavailable: jax.Array | None = None, priority: jax.Array | None = None
+) -> jax.Array:
     """Indices by one stable O(P log P) sort, int32[P].
 
     The same order as ``counting_rank`` among the available entries; the unavailable ones
-    follow in index order. They get a NaN key, which XLA's total order puts after +inf: a single-key
-    sort is markedly faster on CPU than a lexicographic one.
+    follow in index (or ``priority``) order. They get a NaN key, which XLA's total order puts
+    after +inf: a single-key sort is markedly faster on CPU than a lexicographic one, so a
+    ``priority`` is applied by listing the entries in priority order before the stable sort.
     """
-    _check(key, unavailable)
-    index = jnp.arange(key.shape[0], dtype=jnp.int32)
+    _check(key, unavailable, priority)
     if unavailable is not None:
         key = jnp.where(unavailable, jnp.nan, key)
+    if priority is None:
+        index = jnp.arange(key.shape[0], dtype=jnp.int32)
+    else:
+        index = inverse_permutation(priority)  # the entries listed by ascending priority
+        key = key[index]
     _, order = lax.sort_key_val(key, index, is_stable=True)
     return order
 
 
-def sorting_rank(key: jax.Array, unavailable: jax.Array | None = None) -> jax.Array:
+def sorting_rank(
+    key: jax.Array, unavailable: jax.Array | None = None, priority: jax.Array | None = None
+) -> jax.Array:
     """The inverse permutation of ``sort_order``: ``counting_rank``'s rank for every available
-    entry, in O(P log P) (the unavailable entries take the last positions in index order)."""
-    order = sort_order(key, unavailable)
-    return jnp.empty_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+    entry, in O(P log P) (the unavailable entries take the last positions, in index or
+    ``priority`` order)."""
+    return inverse_permutation(sort_order(key, unavailable, priority))

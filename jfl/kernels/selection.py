@@ -31,22 +31,24 @@ def selection_count(available: jax.Array, m) -> jax.Array:
     return jnp.minimum(jnp.asarray(m, jnp.int32), jnp.sum(available, dtype=jnp.int32))
 
 
-def _rank(unavailable, key):
+def _rank(unavailable, key, priority):
     if key.shape[0] <= SMALL_POOL_MAX:
-        return counting_rank(key, unavailable)
-    return sorting_rank(key, unavailable)
+        return counting_rank(key, unavailable, priority)
+    return sorting_rank(key, unavailable, priority)
 
 
-def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
+def topk_mask(scores: jax.Array, available: jax.Array, k, priority=None) -> jax.Array:
     """Boolean mask of the ``k`` highest ``scores`` among ``available`` clients.
 
     Selects exactly ``min(k, available.sum())`` clients and never an unavailable one; ties go
-    to the lower client index. ``k`` may be a traced integer.
+    to the lower ``priority`` (default: the lower client index). ``k`` may be a traced integer.
 
     Args:
       scores: f[N] scores; only the order among available clients matters (no NaN).
       available: bool[N] availability.
       k: number of clients to select (int, possibly traced).
+      priority: optional int[N] permutation of 0..N-1 breaking ties (e.g. a per-run random
+        order of the clients, so that no index is favoured).
     """
     available = jnp.asarray(available, bool)
     key = -jnp.asarray(scores)
@@ -58,11 +60,11 @@ def topk_mask(scores: jax.Array, available: jax.Array, k) -> jax.Array:
         # evaluated once per operand, and the two evaluations may differ in the last bit (e.g.
         # with and without an FMA), so a client can rank "before itself" and drop out.
         key = materialise(key)
-    rank = _rank(~available, key)
+    rank = _rank(~available, key, priority)
     return available & (rank < k)
 
 
-def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
+def divide_and_conquer(tau_bar, queue, available, m, V, priority=None) -> jax.Array:
     """Exact optimum of RBCS-F's per-round problem P4 (eq. 21).
 
     minimise ``V * max_{n in S} tau_bar_n - sum_{n in S} queue_n`` over ``S ⊆ available`` with
@@ -76,7 +78,7 @@ def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
     sums from a top-m buffer updated one client at a time (O(N m)). Overall O(N log N + N m),
     sub-quadratic. ``m`` must be a static int (it fixes the buffer width); ``V`` may be traced.
     Objective ties go to the smaller prefix; queue ties to the client earlier in the ``tau_bar``
-    order (ties in ``tau_bar`` to the lower index).
+    order (ties in ``tau_bar`` to the lower ``priority``, by default the lower index).
 
     Args:
       tau_bar: f[N] optimistic exchange-time estimates (eq. 19), no NaN.
@@ -84,6 +86,8 @@ def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
       available: bool[N] availability I.
       m: static maximum number of selected clients.
       V: penalty factor (≥ 0), possibly traced.
+      priority: optional int[N] permutation of 0..N-1 breaking ties (RBCS-F passes a per-run
+        random order: ties by index would favour the fast class, which has the low indices).
 
     Returns:
       bool[N] selection mask with exactly k entries set, all available.
@@ -99,8 +103,8 @@ def divide_and_conquer(tau_bar, queue, available, m, V) -> jax.Array:
         raise ValueError(f"m must be an integer >= 1, got {m}")
     k = selection_count(available, m)
     if tau_bar.shape[0] <= SMALL_POOL_MAX:
-        return _dnc_small(tau_bar, queue, available, k, m, V)
-    return _dnc_large(tau_bar, queue, available, k, m, V)
+        return _dnc_small(tau_bar, queue, available, k, m, V, priority)
+    return _dnc_large(tau_bar, queue, available, k, m, V, priority)
 
 
 def _insert_descending(buffer, value):
@@ -145,9 +149,9 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
     return (above | (tied & (tied_upto <= need))) & (k > 0)
 
 
-def _dnc_small(tau_bar, queue, available, k, m, V):
+def _dnc_small(tau_bar, queue, available, k, m, V, priority=None):
     # Position of each client in the tau_bar order.
-    rank = counting_rank(materialise(tau_bar), ~available)
+    rank = counting_rank(materialise(tau_bar), ~available, priority)
     both = jnp.stack([tau_bar, queue], axis=-1)
     # One scatter for both arrays: measurably faster than two, and than one-hot gathers.
     tau_sorted, queue_sorted = jnp.zeros_like(both).at[rank].set(both, unique_indices=True).T
@@ -156,8 +160,8 @@ def _dnc_small(tau_bar, queue, available, k, m, V):
     return chosen_sorted[rank]
 
 
-def _dnc_large(tau_bar, queue, available, k, m, V):
-    order = sort_order(tau_bar, ~available)
+def _dnc_large(tau_bar, queue, available, k, m, V, priority=None):
+    order = sort_order(tau_bar, ~available, priority)
     n_available = jnp.sum(available, dtype=jnp.int32)
     chosen_sorted = _best_in_sorted_order(tau_bar[order], queue[order], n_available, k, m, V)
     return jnp.zeros(tau_bar.shape[0], bool).at[order].set(chosen_sorted, unique_indices=True)

@@ -14,7 +14,9 @@ channels (``num_channels``: the CS-UCB family) or the number of edge servers (``
 the COCS family); ``PolicySpec.size_name`` says which.
 
 A policy without state uses ``EmptyState`` with ``stateless_init``/``stateless_update``, or
-``stateless(select)`` for the whole triple.
+``stateless(select)`` for the whole triple. Policies whose selections can tie draw a per-run
+random order of the clients in ``init`` (``random_priority``) and pass it to the selection kernels,
+so that ties favour no client index (with RBCS-F's class layout, the index is the class).
 
 Besides the environment's observation a policy may read per-client signals that a federated
 learner computes from its current global model (``LEARNER_SIGNALS``, e.g. each client's local
@@ -31,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 # What the second parameter of a builder counts, by family.
@@ -86,6 +90,19 @@ def stateless_update(state, obs, action, feedback, hparams):
 def stateless(select: Callable[..., Any]) -> Policy:
     """The policy of ``select`` alone: ``EmptyState``, never updated."""
     return Policy(init=stateless_init, select=select, update=stateless_update)
+
+
+class TieBreakState(NamedTuple):
+    """The state of a policy that keeps nothing but its per-run tie-breaking order."""
+
+    priority: jax.Array  # i32[N]  random_priority: client n wins ties against higher values
+
+
+def random_priority(key: jax.Array, num_clients: int) -> jax.Array:
+    """A uniformly random order of the clients, drawn once per run: int32[N], a permutation of
+    0..N-1 giving each client's rank among tied clients (the ``priority`` of
+    ``jfl.kernels.topk_mask`` and ``divide_and_conquer``)."""
+    return jax.random.permutation(key, num_clients).astype(jnp.int32)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
+    TieBreakState,
     check_selection_size,
+    random_priority,
     register,
     stateless,
     stateless_update,
@@ -21,18 +23,28 @@ from jfl.policies.base import (
 
 class DirichletState(NamedTuple):
     log_weight: jax.Array  # f[N]  log q' up to a constant, q' ~ Dir(γ₂·1) drawn once per run
+    priority: jax.Array  # i32[N]  per-run tie-breaking order (random_priority)
 
 
 def random_policy(num_clients: int, selection_size: int = 8) -> Policy:
-    """k = min(selection_size, #available) clients uniformly at random among the available ones."""
+    """k = min(selection_size, #available) clients uniformly at random among the available ones.
+
+    The top k of i.i.d. uniform scores; the rare exact ties of float scores follow a per-run
+    random order of the clients rather than their index.
+    """
     check_selection_size(num_clients, selection_size)
 
-    def select(key, state, obs, hparams):
-        del state, hparams
-        scores = jax.random.uniform(key, (num_clients,))
-        return topk_mask(scores, obs.available, selection_count(obs.available, selection_size))
+    def init(key, hparams) -> TieBreakState:
+        del hparams
+        return TieBreakState(priority=random_priority(key, num_clients))
 
-    return stateless(select)
+    def select(key, state, obs, hparams):
+        del hparams
+        scores = jax.random.uniform(key, (num_clients,))
+        k = selection_count(obs.available, selection_size)
+        return topk_mask(scores, obs.available, k, state.priority)
+
+    return Policy(init=init, select=select, update=stateless_update)
 
 
 def dirichlet_random(num_clients: int, selection_size: int = 8) -> Policy:
@@ -45,14 +57,20 @@ def dirichlet_random(num_clients: int, selection_size: int = 8) -> Policy:
     check_selection_size(num_clients, selection_size)
 
     def init(key, hparams):
+        k_weight, k_tie = jax.random.split(key)
         gamma2 = jnp.asarray(hparams["gamma2"], jnp.result_type(float))
-        log_gamma = jax.random.loggamma(key, jnp.broadcast_to(gamma2, (num_clients,)))
-        return DirichletState(log_weight=log_gamma - jax.nn.logsumexp(log_gamma))
+        log_gamma = jax.random.loggamma(k_weight, jnp.broadcast_to(gamma2, (num_clients,)))
+        return DirichletState(
+            log_weight=log_gamma - jax.nn.logsumexp(log_gamma),
+            priority=random_priority(k_tie, num_clients),
+        )
 
     def select(key, state, obs, hparams):
         del hparams
         scores = state.log_weight + jax.random.gumbel(key, (num_clients,), state.log_weight.dtype)
-        return topk_mask(scores, obs.available, selection_count(obs.available, selection_size))
+        k = selection_count(obs.available, selection_size)
+        # Tiny γ₂ leaves many log-weights at -inf (scores -inf): those ties go by the run's order.
+        return topk_mask(scores, obs.available, k, state.priority)
 
     return Policy(init=init, select=select, update=stateless_update)
 

@@ -17,10 +17,11 @@ Per-round problem P4 (eq. 21)::
 (sort by τ̄ and scan prefixes with a heap of the k largest queues, O(N log N)).
 
 Tie rule, shared by the three solvers (and, by construction, by ``jfl.kernels.divide_and_conquer``):
-order the available clients by ascending τ̄, then ascending client index, and call a client's
-place in that order its *position*. Among the optimal sets, the solvers return the one whose
-largest position is smallest and, among those, the one that takes queue ties at the smaller
-positions; equivalently the optimal set whose positions, sorted in descending order, are
+order the available clients by ascending τ̄, then ascending ``priority`` (a permutation of the
+clients; by default the client index, while RBCS-F passes a random order drawn once per run), and
+call a client's place in that order its *position*. Among the optimal sets, the solvers return
+the one whose largest position is smallest and, among those, the one that takes queue ties at
+the smaller positions; equivalently the optimal set whose positions, sorted in descending order, are
 lexicographically smallest ("prefer the faster clients, then the lower index"). Objective
 values are computed as ``V * max τ̄ - math.fsum(Z)`` (a correctly rounded sum, so that two sets
 with the same queue values get bit-identical objectives). Floating-point near-ties (objectives
@@ -38,7 +39,7 @@ import numpy as np
 
 PAPER_TRAIN_TIME = (1.0, 2.0, 3.0, 4.0)  # τ_b (s) per class
 PAPER_COLD_START_TIME = (1.0, 1.0, 1.0, 1.0)  # τ_s (s)
-PAPER_SNR = (1000.0, 100.0, 10.0, 1.0)  # η = ln(1 + SNR)
+PAPER_SNR = (1000.0, 100.0, 10.0, 1.0)  # η = log₂(1 + SNR) (base e as an option)
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,13 +79,15 @@ def paper_theta(
     train_time=PAPER_TRAIN_TIME,
     cold_start_time=PAPER_COLD_START_TIME,
     snr=PAPER_SNR,
+    eta_base: float = 2.0,
 ) -> np.ndarray:
-    """θ*_n = [τ_b, τ_s, 1/ln(1 + SNR)] of client n's class floor(C·n/N), shape [N, 3]."""
+    """θ*_n = [τ_b, τ_s, 1/log_b(1 + SNR)] of client n's class floor(C·n/N), shape [N, 3]
+    (b = ``eta_base``: 2 for η in bits, e for the natural-log reading)."""
     num_classes = len(train_time)
     theta = np.empty((num_clients, 3))
     for n in range(num_clients):
         c = (num_classes * n) // num_clients
-        theta[n] = [train_time[c], cold_start_time[c], 1.0 / math.log(1.0 + snr[c])]
+        theta[n] = [train_time[c], cold_start_time[c], 1.0 / math.log(1.0 + snr[c], eta_base)]
     return theta
 
 
@@ -150,17 +153,19 @@ def _as_inputs(tau_bar, queue, available):
     return tau_bar, queue, available
 
 
-def _prepare(tau_bar, queue, available, m):
+def _prepare(tau_bar, queue, available, m, priority=None):
     """Inputs as float64/bool arrays, the available clients in position order, and k."""
     tau_bar, queue, available = _as_inputs(tau_bar, queue, available)
-    order = _positions(tau_bar, available)
+    order = _positions(tau_bar, available, priority)
     return tau_bar, queue, order, min(int(m), order.size)
 
 
-def _positions(tau_bar, available) -> np.ndarray:
-    """Available client indices in the tie-rule order (ascending τ̄, then ascending index)."""
+def _positions(tau_bar, available, priority=None) -> np.ndarray:
+    """Available client indices in the tie-rule order (ascending τ̄, then ascending priority,
+    by default the index)."""
     index = np.flatnonzero(available)
-    return index[np.lexsort((index, tau_bar[index]))]
+    tie = index if priority is None else np.asarray(priority)[index]
+    return index[np.lexsort((tie, tau_bar[index]))]
 
 
 def p4_objective(selected, tau_bar, queue, V) -> float:
@@ -178,12 +183,12 @@ def _mask(indices, num_clients) -> np.ndarray:
     return mask
 
 
-def p4_bruteforce(tau_bar, queue, available, m: int, V: float):
+def p4_bruteforce(tau_bar, queue, available, m: int, V: float, priority=None):
     """Exact P4 by enumerating every subset of size k = min(m, #available).
 
     Returns ``(objective, mask)``; ties follow the module's tie rule. Exponential: small N only.
     """
-    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m)
+    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m, priority)
     n = tau_bar.shape[0]
     if k == 0:
         return 0.0, np.zeros(n, bool)
@@ -197,20 +202,20 @@ def p4_bruteforce(tau_bar, queue, available, m: int, V: float):
     return best_value, _mask(best_set, n)
 
 
-def p4_algorithm1(tau_bar, queue, available, m: int, V: float):
+def p4_algorithm1(tau_bar, queue, available, m: int, V: float, priority=None):
     """The paper's Algorithm 1 ("divide and conquer"), written literally; O(N²).
 
     For every available candidate maximum ``n_max``, walk the available clients in descending
     order of Z and keep those with ``τ̄_n ≤ τ̄_{n_max}`` until k are found; evaluate P4 on that set;
     return the best set found. Unspecified orders in the paper are fixed by the module's tie rule:
-    candidates ``n_max`` are tried by position (ascending τ̄, then index), queue ties in the Z
+    candidates ``n_max`` are tried by position (ascending τ̄, then priority), queue ties in the Z
     order go to the smaller position, and the first minimum wins.
 
     Returns ``(objective, mask)``.
     """
     tau_bar, queue, available = _as_inputs(tau_bar, queue, available)
     n = tau_bar.shape[0]
-    candidates = list(_positions(tau_bar, available))  # line 3: N+, in position order
+    candidates = list(_positions(tau_bar, available, priority))  # line 3: N+, by position
     position = {client: p for p, client in enumerate(candidates)}
     k = min(int(m), len(candidates))  # line 4
     if k == 0:  # nothing to choose: the empty set (objective 0)
@@ -231,7 +236,7 @@ def p4_algorithm1(tau_bar, queue, available, m: int, V: float):
     return best_value, _mask(best_set, n)
 
 
-def p4_prefix_heap(tau_bar, queue, available, m: int, V: float):
+def p4_prefix_heap(tau_bar, queue, available, m: int, V: float, priority=None):
     """Exact P4 in O(N log N): the optimum is the minimum over prefixes of the τ̄ order.
 
     With the available clients sorted by position, the best set whose largest τ̄ is that of the
@@ -244,7 +249,7 @@ def p4_prefix_heap(tau_bar, queue, available, m: int, V: float):
 
     Returns ``(objective, mask)``.
     """
-    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m)
+    tau_bar, queue, order, k = _prepare(tau_bar, queue, available, m, priority)
     n = tau_bar.shape[0]
     if k == 0:
         return 0.0, np.zeros(n, bool)
@@ -294,12 +299,14 @@ def simulate_rbcsf(
     lam: float,
     model_size: float = 20.0,
     solver=p4_algorithm1,
+    priority=None,
 ) -> RbcsfTrace:
     """RBCS-F (Alg. 2) with a constant exploration α, one round at a time.
 
     Per client: H = λI, b = 0, Z = 0. Each round: θ̂ = H⁻¹b, τ̄ = max(c·θ̂ − α·sqrt(cᵀH⁻¹c), 0)
     (eq. 19, clamped at 0 as SPEC §9 decides), x = P4 solution (``solver``, default the paper's
-    Algorithm 1), then Z ← max(Z + β − x, 0), H ← H + x·ccᵀ, b ← b + x·τ·c.
+    Algorithm 1, its ties by ``priority``: the run's random order of the clients), then
+    Z ← max(Z + β − x, 0), H ← H + x·ccᵀ, b ← b + x·τ·c.
     """
     theta = np.asarray(theta, float)
     num_rounds, num_clients = draws.available.shape
@@ -325,7 +332,7 @@ def simulate_rbcsf(
         width = np.sqrt(np.maximum(np.sum(c * h_inv_c, axis=1), 0.0))
         tau_bar = np.maximum(tau_hat - alpha * width, 0.0)
 
-        _, x = solver(tau_bar, queue, draws.available[t], m, V)
+        _, x = solver(tau_bar, queue, draws.available[t], m, V, priority)
         xf = x.astype(float)
 
         queue = np.maximum(queue + beta - xf, 0.0)
@@ -365,10 +372,22 @@ def rbcsf_numpy_loop(
     """One seed of RBCS-F on the paper's rbcsf setting: draw, then simulate round by round.
 
     The plain per-seed loop the benchmark times against jfl: NumPy vectorised over clients
-    within a round, a Python loop over rounds, and the O(N log N) ``p4_prefix_heap`` for P4.
+    within a round, a Python loop over rounds, and the O(N log N) ``p4_prefix_heap`` for P4, its
+    ties by a random order of the clients drawn once.
     """
-    draws = draw_rbcsf(np.random.default_rng(seed), num_rounds, num_clients, p_available)
+    rng = np.random.default_rng(seed)
+    draws = draw_rbcsf(rng, num_rounds, num_clients, p_available)
+    priority = rng.permutation(num_clients)
     theta = paper_theta(num_clients)
     return simulate_rbcsf(
-        draws, theta, m, V, beta, alpha, lam, model_size=model_size, solver=p4_prefix_heap
+        draws,
+        theta,
+        m,
+        V,
+        beta,
+        alpha,
+        lam,
+        model_size=model_size,
+        solver=p4_prefix_heap,
+        priority=priority,
     )

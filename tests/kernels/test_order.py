@@ -83,6 +83,36 @@ all_orders = jax.vmap(_all_orders)  # one function object: jit reuses its compil
 materialise = jax.vmap(order.materialise)
 
 
+def _orders_with_priority(key, unavailable, priority):
+    return (
+        order.counting_rank(key, unavailable, priority),
+        order.counting_order(key, unavailable, priority),
+        order.sorting_rank(key, unavailable, priority),
+        order.sort_order(key, unavailable, priority),
+    )
+
+
+def test_priority_breaks_ties_like_lexsort():
+    """With ``priority`` (a permutation), ties go to the lower priority instead of the lower
+    index: the four orderings equal ``np.lexsort`` on (unavailable, key, priority); the sorting
+    ones list the unavailable entries by priority."""
+    rng = np.random.default_rng(5)
+    key, unavailable = random_keys(rng, 40)
+    priority = np.stack([rng.permutation(40) for _ in range(BATCH)]).astype(np.int32)
+    got = jax.jit(jax.vmap(_orders_with_priority))(key, unavailable, priority)
+    got = [np.asarray(x) for x in got]
+    for i in range(BATCH):
+        by_key = np.lexsort((priority[i], key[i].astype(float), unavailable[i]))
+        tail = np.where(unavailable[i], 0.0, key[i].astype(float))
+        by_priority = np.lexsort((priority[i], tail, unavailable[i]))
+        for j, want_order in enumerate((by_key, by_key, by_priority, by_priority)):
+            want = want_order
+            if j % 2 == 0:  # a rank: the inverse permutation
+                want = np.empty_like(want_order)
+                want[want_order] = np.arange(40)
+            np.testing.assert_array_equal(got[j][i], want, err_msg=f"output {j}, row {i}")
+
+
 class OrderTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.parameters(*WIDTHS)

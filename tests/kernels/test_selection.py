@@ -277,6 +277,40 @@ def test_divide_and_conquer_medium_pools(num_clients):
         check_selection(selected, tau, queue, available, V, 8, p4_prefix_heap, tol)
 
 
+def _priority_solver(path, m):
+    def solve(tau_bar, queue, available, V, priority):
+        if path == "small":
+            return divide_and_conquer(tau_bar, queue, available, m, V, priority)
+        available = jnp.asarray(available, bool)
+        k = selection.selection_count(available, m)
+        return selection._dnc_large(
+            jnp.asarray(tau_bar), jnp.asarray(queue), available, k, m, V, priority
+        )
+
+    return jax.jit(jax.vmap(solve))
+
+
+@pytest.mark.parametrize("path", ["small", "large"])
+def test_divide_and_conquer_priority_breaks_ties_like_the_reference(path):
+    """With a random tie-breaking order, both paths pick the *same set* as p4_bruteforce and
+    p4_algorithm1 fed the same order (integer inputs: exact objectives, ties everywhere), and the
+    order matters: with the index order some sets differ."""
+    rng = np.random.default_rng(31 if path == "small" else 32)
+    differ = 0
+    for m in (1, 3, 8):
+        tau, queue, available, V = random_instances(rng, 400, PAD_N, integer=True)
+        priority = np.stack([rng.permutation(PAD_N) for _ in range(400)]).astype(np.int32)
+        got = np.asarray(_priority_solver(path, m)(tau, queue, available, V, priority))
+        by_index = np.asarray(batched_solver(path, m)(tau, queue, available, V))
+        for i in range(400):
+            args = (tau[i].astype(float), queue[i].astype(float), available[i], m, float(V[i]))
+            for reference in (p4_bruteforce, p4_algorithm1, p4_prefix_heap):
+                _, want = reference(*args, priority=priority[i])
+                np.testing.assert_array_equal(got[i], want, err_msg=(reference.__name__, i))
+        differ += int((got != by_index).any(axis=1).sum())
+    assert differ >= 10  # the order is not ignored
+
+
 def test_p4_objective_kernel():
     """jfl.kernels.p4_objective vs the NumPy objective (0 for the empty set)."""
     rng = np.random.default_rng(16)
@@ -310,6 +344,27 @@ def topk_reference(scores, available, k):
 @functools.cache
 def batched_topk():
     return jax.jit(jax.vmap(topk_mask))
+
+
+@pytest.mark.parametrize("force_sort", [False, True])
+def test_topk_mask_priority_breaks_ties(monkeypatch, force_sort):
+    """With ``priority``, equal scores go to the lower priority (lexsort reference), on both rank
+    paths; integer scores in 0..2 tie everywhere."""
+    if force_sort:
+        monkeypatch.setattr(selection, "SMALL_POOL_MAX", 0)
+    rng = np.random.default_rng(40 + force_sort)
+    count, n = 200, 12
+    scores = rng.integers(0, 3, (count, n)).astype(np.float32)
+    available = rng.random((count, n)) < 0.7
+    k = rng.integers(0, n + 2, count).astype(np.int32)
+    priority = np.stack([rng.permutation(n) for _ in range(count)]).astype(np.int32)
+    got = np.asarray(jax.jit(jax.vmap(topk_mask))(scores, available, k, priority))
+    for i in range(count):
+        index = np.flatnonzero(available[i])
+        order = index[np.lexsort((priority[i][index], -scores[i][index]))]
+        want = np.zeros(n, bool)
+        want[order[: k[i]]] = True
+        np.testing.assert_array_equal(got[i], want)
 
 
 @pytest.mark.parametrize("num_clients", [1, 9, 40, 600])

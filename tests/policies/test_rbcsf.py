@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 import jfl.policies
-from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfState, make_params
+from jfl.envs.rbcsf import (
+    Feedback,
+    Observation,
+    RbcsfEnv,
+    RbcsfState,
+    client_classes,
+    make_params,
+)
 from jfl.kernels import lower_confidence_bound, ridge_estimate
 from jfl.reference import (
     draw_rbcsf,
@@ -42,6 +49,13 @@ RBCSF_CONFIGS = [  # (V, β, α)
     (1.0, 0.15, 0.0),  # no exploration bonus
 ]
 RBCSF_ROUNDS = 320
+INIT_KEY = jax.random.key(0)  # the policy's init key: its tie-breaking order
+
+
+def tie_priority(num_clients):
+    """The random order in which the jfl policy (init key ``INIT_KEY``) breaks P4's ties."""
+    state = jfl.policies.get("rbcsf").build(num_clients, M).init(INIT_KEY, {"lam": 1.0})
+    return np.asarray(state.priority)
 
 
 def run_jfl_rbcsf_on_reference(draws, references, configs, lam=1.0):
@@ -83,7 +97,7 @@ def run_jfl_rbcsf_on_reference(draws, references, configs, lam=1.0):
             state = policy.update(state, obs, played_t, feedback, hparams)
             return (state, 1.0 - played_t), (action, tau_bar, state.queue)
 
-        state0 = policy.init(jax.random.key(0), hparams)
+        state0 = policy.init(INIT_KEY, hparams)
         xs = (
             jnp.asarray(draws.cpu_ratio),
             jnp.asarray(draws.bandwidth),
@@ -107,8 +121,9 @@ def rbcsf_runs():
     rng = np.random.default_rng(2023)
     with jax.enable_x64(True):
         draws = draw_rbcsf(rng, RBCSF_ROUNDS, N)
+        priority = tie_priority(N)
         references = [
-            simulate_rbcsf(draws, paper_theta(N), M, V, beta, alpha, lam=1.0)
+            simulate_rbcsf(draws, paper_theta(N), M, V, beta, alpha, lam=1.0, priority=priority)
             for V, beta, alpha in RBCSF_CONFIGS
         ]
         out = run_jfl_rbcsf_on_reference(draws, references, RBCSF_CONFIGS)
@@ -123,7 +138,8 @@ def test_rbcsf_policy_matches_numpy_reference(rbcsf_runs, config):
     at 0) to 1e-9 relative, the selection mask for identity, and the queues after the update.
 
     Exact ties in P4 (equal τ̄ = 0 of never-selected clients, equal queues of clients with the same
-    history) are resolved by the same rule on both sides (see jfl.reference). Float64 near-ties
+    history) are resolved by the same rule on both sides (see jfl.reference), the reference fed
+    the policy's per-run random order of the clients. Float64 near-ties
     (objectives within a few ulps, because the two sides compute τ̄ through different linear
     solvers) could in principle split them: such a round is accepted if both selections have the
     same P4 objective to 1e-9, and the test then continues on the reference's selection. At most
@@ -151,6 +167,35 @@ def test_rbcsf_policy_matches_numpy_reference(rbcsf_runs, config):
     np.testing.assert_array_equal(reference.selected.sum(axis=1), k)
     if beta > 0:
         assert reference.queue.max() > 0
+
+
+def test_first_round_ties_favour_no_class():
+    """Round 1 is one big tie (τ̄ = 0 and Z = 0 for everyone): over many runs the selected clients
+    fall in each of the 4 classes at its share 1/4, within a 99.9% binomial interval; ties by
+    index would pick class 1 only. Every run selects exactly k = min(m, #available) clients."""
+    from scipy import stats
+
+    num_runs = 2000
+    policy = jfl.policies.get("rbcsf").build(N, M)
+    hparams = jfl.policies.get("rbcsf").complete()
+    params = make_params()
+
+    def first_round(key):
+        k_reset, k_init, k_select = jax.random.split(key, 3)
+        obs, _ = ENV.reset(k_reset, params)
+        state = policy.init(k_init, hparams)
+        return policy.select(k_select, state, obs, hparams), obs.available
+
+    keys = jax.random.split(jax.random.key(2026), num_runs)
+    selected, available = (np.asarray(x) for x in jax.jit(jax.vmap(first_round))(keys))
+    check_counts(selected, available, M)
+    classes = client_classes(N, 4)
+    per_class = np.array([selected[:, classes == c].sum() for c in range(4)])
+    total = per_class.sum()
+    # A run's 8 picks are drawn without replacement (negatively correlated), so the binomial
+    # interval over all picks is conservative.
+    low, high = stats.binom.interval(0.999, total, 0.25)
+    assert np.all((low <= per_class) & (per_class <= high)), (per_class, low, high)
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,8 +334,10 @@ def test_reference_loop_is_consistent():
     (contexts, realised times, round times) and the queue recursion."""
     seed, num_rounds = 77, 200
     trace = rbcsf_numpy_loop(seed, num_rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
-    draws = draw_rbcsf(np.random.default_rng(seed), num_rounds, N)
-    literal = simulate_rbcsf(draws, paper_theta(N), M, 10.0, 0.15, 0.1, 1.0)
+    rng = np.random.default_rng(seed)
+    draws = draw_rbcsf(rng, num_rounds, N)
+    priority = rng.permutation(N)  # the loop's tie-breaking order, drawn after the rounds
+    literal = simulate_rbcsf(draws, paper_theta(N), M, 10.0, 0.15, 0.1, 1.0, priority=priority)
     np.testing.assert_array_equal(trace.selected, literal.selected)
     np.testing.assert_array_equal(trace.queue, literal.queue)
     np.testing.assert_array_equal(trace.round_time, literal.round_time)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 
+import jax
 import numpy as np
 import pytest
 
@@ -150,11 +151,16 @@ def test_stateless_helpers():
     assert policy.init(None, {}) == jfl.policies.EmptyState()
     state = jfl.policies.EmptyState()
     assert jfl.policies.stateless_update(state, None, None, None, {}) is state
-    for name in ("random", "fedcs", "oracle", "random_budget"):
+    for name in ("fedcs", "oracle", "random_budget"):
         policy = get(name).build(10, 3)
         assert policy.init is jfl.policies.stateless_init
         assert policy.update is jfl.policies.stateless_update
-    assert get("dirichlet_random").build(10, 3).update is jfl.policies.stateless_update
+    # Random keeps only its per-run tie-breaking order: a random permutation of the clients.
+    for name in ("random", "dirichlet_random"):
+        assert get(name).build(10, 3).update is jfl.policies.stateless_update
+    state = get("random").build(10, 3).init(jax.random.key(0), {})
+    assert isinstance(state, jfl.policies.TieBreakState)
+    assert sorted(np.asarray(state.priority).tolist()) == list(range(10))
 
 
 def test_check_selection_size_names_its_parameter():
