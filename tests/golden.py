@@ -10,7 +10,8 @@ fix) regenerates the files it changes and says so. Regenerated so far: ``cocs_hf
 tie-break, ``cocs_hfl`` again when the assignment solver became exact-quality (issue 12), and
 the three CS-UCB selection experiments and ``fl_cs_ucb_q`` when τ_max became 0.5 s and the gaps
 the pseudo-regret (issue 13; ``fl_cs_ucb_q``'s flags pin FedAvg's epoch protocol, which its
-default no longer is).
+default no longer is), and ``v_beta_grid`` and ``fl_rbcsf`` when RBCS-F's η took log₂, its ties
+(and Random's) a per-run random order and §6.2's clients equal sizes (issue 14).
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the
