@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import shutil
 
 import numpy as np
@@ -79,6 +80,7 @@ def _fails(argv, capsys) -> str:
         (["--memory-budget", "0"], "--memory-budget must be in (0, inf), got 0.0"),
         (["--lam", "0"], "--lam must be in (0, inf), got 0.0"),
         (["--ci", "normal"], "--ci"),
+        (["--eta-base", "10"], "--eta-base"),
         (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),
         (["--N", "2"], "--N"),  # a flag of another experiment
     ],
@@ -121,8 +123,25 @@ def test_plan_builds_the_grid_without_running():
     ]  # fmt: skip
     np.testing.assert_allclose(rbcsf["queue_rate"], rbcsf["beta"])  # β is RBCS-F's own rate
     assert (plan.configs[plan.configs.policy != "rbcsf"]["queue_rate"] == 0.15).all()
-    assert plan.selection_size == 3 and plan.fixed == {"lam": 2.0}
+    assert plan.selection_size == 3 and plan.fixed["lam"] == 2.0
     assert plan.env_params.num_clients == 12 and plan.per_run_bytes > 0
+
+
+@pytest.mark.parametrize(("eta_base", "log"), [("2", math.log2), ("e", math.log)])
+def test_eta_base_builds_theta_and_lemma1_bounds(eta_base, log):
+    """--eta-base picks η = log₂ or ln of (1 + SNR) in θ*; the plan passes Lemma 1's R, S, L of
+    that environment to RBCS-F (S = ‖θ*‖ and R hold 1/η) and the settings record the base."""
+    config = VBetaGrid(clients=8, m=2, eta_base=eta_base)
+    config.check()
+    plan = config.plan()
+    theta = np.asarray(plan.env_params.theta, float)
+    snr = np.array([1000.0, 100.0, 10.0, 1.0]).repeat(2)
+    np.testing.assert_allclose(theta[:, 2], [1.0 / log(1.0 + x) for x in snr], rtol=1e-6)
+    assert plan.fixed["theta_bound"] == pytest.approx(np.linalg.norm(theta, axis=1).max())
+    worst = 4.0 / 0.5 + 1.0 + 20.0 / 2.0 * theta[-1, 2]  # class 4 at μ = 0.5, s = 1, B = 2
+    assert plan.fixed["noise_scale"] == pytest.approx(worst, rel=1e-6)
+    assert plan.fixed["context_bound"] == pytest.approx(math.sqrt(4.0 + 1.0 + 100.0))
+    assert config.settings()["eta_base"] == eta_base
 
 
 def test_settings_are_what_the_sweep_computes():
@@ -177,6 +196,8 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
     config = metadata["config"]
     assert config["experiment"] == "v_beta_grid" and config["V"] == [0.0, 50.0]
     assert config["chunk_configs"] == 3 and config["seeds"] == 3 and config["clients"] == 12
+    assert config["eta_base"] == "2"  # η in bits; Lemma 1's constants of that environment:
+    assert metadata["fixed_hparams"]["noise_scale"] == pytest.approx(19.0)
     assert json.loads((out / "manifest.json").read_text()) == config
     for name in (
         "queue_vs_round",
