@@ -160,7 +160,8 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
     except ValueError as err:  # bad settings, or a corrupt stored chunk found while resuming
         fail(prog, str(err))
     print(result.describe())
-    print(format_table(result.summary, config.summary_columns))
+    if result.process == 0:
+        print(format_table(result.summary, config.summary_columns))
     return 0
 
 

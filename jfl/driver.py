@@ -27,7 +27,20 @@ import pandas as pd
 from jfl import checks
 
 # Fields that change where and how a sweep is run, not what it computes: not in the manifest.
-EXECUTION_ONLY = ("out", "resume", "overwrite", "ci", "plots", "quiet", "fast_prng")
+EXECUTION_ONLY = (
+    "out",
+    "resume",
+    "overwrite",
+    "ci",
+    "plots",
+    "quiet",
+    "fast_prng",
+    "distributed",
+    "coordinator",
+    "num_processes",
+    "process_id",
+    "distributed_timeout",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +73,17 @@ class Sweep:
     """no progress bar"""
     fast_prng: bool = True
     """JAX's unrolled threefry lowering on CPU (same bits, faster; see jfl.prng)"""
+    distributed: bool = False
+    """one of several processes (jax.distributed: SLURM, Open MPI, TPU pods detected); --out
+    must be on a filesystem every process sees"""
+    coordinator: str | None = None
+    """with --distributed: HOST:PORT of process 0 (explicit launch, with the next two)"""
+    num_processes: int | None = None
+    """with --distributed --coordinator: number of processes"""
+    process_id: int | None = None
+    """with --distributed --coordinator: this process, 0 … --num-processes − 1"""
+    distributed_timeout: float = 300.0
+    """seconds to wait for the other processes to join"""
 
     name: ClassVar[str] = "sweep"
     summary_columns: ClassVar[tuple[str, ...]] = ()
@@ -75,6 +99,15 @@ class Sweep:
         checks.positive("--memory-budget", self.memory_budget)
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
+        from jfl import distributed
+
+        distributed.check_flags(
+            self.distributed,
+            self.coordinator,
+            self.num_processes,
+            self.process_id,
+            self.distributed_timeout,
+        )
         if self.chunk_size != "auto":
             try:
                 chunk = int(self.chunk_size)
@@ -131,9 +164,15 @@ class Result:
     summary: pd.DataFrame
     out: Path
     wall_seconds: float
+    process: int = 0  # this process among a distributed sweep's (0 writes the outputs)
 
     def describe(self) -> str:
         c = self.config
+        if self.process:
+            return (
+                f"process {self.process}: its chunks of {len(self.summary)} configurations are "
+                f"in {self.out}; process 0 writes the outputs"
+            )
         return (
             f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
             f"{self.wall_seconds:.1f} s → {self.out}"
@@ -151,7 +190,7 @@ def chunk_size(config: Sweep, plan: Plan) -> int:
 
     from jfl import sweep
 
-    devices = jax.device_count()
+    devices = jax.local_device_count()  # a chunk runs on one process's devices
     if config.chunk_size != "auto":
         return sweep.round_up(int(config.chunk_size), devices)
     configs = plan.configs
@@ -171,20 +210,32 @@ def run(config: Sweep) -> Result:
     """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
     import jax
 
-    from jfl import prng, results, sweep
+    from jfl import distributed, prng, results, sweep
     from jfl.runner import output_dims
 
     config.check()
+    layout = distributed.SINGLE
+    if config.distributed:
+        layout = distributed.initialize(
+            config.coordinator,
+            config.num_processes,
+            config.process_id,
+            config.distributed_timeout,
+        )
     settings = config.settings()
     out = Path(config.out)
-    # A directory that will be refused is refused before the plan's own computations.
+    # A directory that will be refused is refused before the plan's own computations (by every
+    # process alike: they read the same directory).
     sweep.check_out_dir(out, settings, overwrite=config.overwrite)
     plan = config.plan()
     size = chunk_size(config, plan)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
-    # sweep bit-identical to an uninterrupted one.
-    manifest = {**settings, "chunk_configs": size, "devices": jax.device_count()}
-    sweep.prepare_out_dir(out, manifest, resume=config.resume, overwrite=config.overwrite)
+    # sweep bit-identical to an uninterrupted one. "devices" is per process (a chunk's devices).
+    manifest = {**settings, "chunk_configs": size, "devices": jax.local_device_count()}
+    distributed.check_same_settings(manifest, layout)
+    if layout.writes_outputs:
+        sweep.prepare_out_dir(out, manifest, resume=config.resume, overwrite=config.overwrite)
+    distributed.barrier("jfl-out-ready", layout)
     if config.fast_prng:
         prng.use_unrolled_threefry_on_cpu()
 
@@ -210,6 +261,7 @@ def run(config: Sweep) -> Result:
         learner=plan.learner,
         data=plan.data,
         eval_every=plan.eval_every,
+        layout=layout,
     )
     wall = time.perf_counter() - start
     untrained = int(np.max(outputs.get("untrained", 0)))
@@ -223,11 +275,15 @@ def run(config: Sweep) -> Result:
     ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
     if plan.finish is not None:
         ds = plan.finish(ds)
+    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
+    if not layout.writes_outputs:
+        return Result(config, ds, summary, out, wall, process=layout.index)
     metadata = sweep.run_metadata(manifest, wall_seconds=wall)
+    metadata["processes"] = layout.count
+    metadata["devices_per_process"] = jax.local_device_count()
     if plan.fixed:
         metadata["fixed_hparams"] = {name: float(value) for name, value in plan.fixed.items()}
     metadata.update(plan.metadata)
-    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
     results.write_dataset(ds, out / "results.nc", metadata)
     summary.to_csv(out / "summary.csv", index=False)
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))

@@ -27,6 +27,7 @@ import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
+from jfl.distributed import SINGLE, Layout, barrier
 from jfl.policies import get as get_policy
 
 MANIFEST = "manifest.json"
@@ -251,7 +252,9 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
 
 
 def _sharding():
-    devices = jax.devices()
+    # This process's own devices: with several processes each runs its chunks on its own
+    # devices (jfl.distributed), so no compiled program spans processes.
+    devices = jax.local_devices()
     if len(devices) == 1:
         return None, None
     mesh = Mesh(np.array(devices), ("config",))
@@ -268,22 +271,27 @@ def run_chunked(
     store: ChunkStore | None = None,
     label: str = "run",
     progress: tqdm | None = None,
+    layout: Layout = SINGLE,
 ) -> dict[str, np.ndarray]:
     """Run ``batched(keys, hparams, queue_rate)`` over configurations in fixed-size chunks.
 
     Every chunk has exactly ``chunk_size`` configurations (the last is padded by repeating its
     final row and trimmed afterwards), so the whole sweep reuses one compiled program. With
-    several devices the configuration axis is sharded across them (``chunk_size`` must then be a
-    multiple of the device count). Finished chunks are saved to / reloaded from ``store``.
+    several local devices the configuration axis is sharded across them (``chunk_size`` must then
+    be a multiple of the local device count). Finished chunks are saved to / reloaded from
+    ``store``. With several processes (``layout``, see ``jfl.distributed``) each computes the
+    chunks it owns, and after a barrier reads the others' from the shared ``store``.
     """
     num_configs = len(queue_rate)
     config_sharding, replicated = _sharding()
-    num_devices = jax.device_count()
+    num_devices = jax.local_device_count()
     if chunk_size < 1 or chunk_size % num_devices:
         raise ValueError(
             f"chunk_size must be a positive multiple of the device count ({num_devices}), "
             f"got {chunk_size}"
         )
+    if layout.count > 1 and store is None:
+        raise ValueError("a sweep over several processes needs a chunk store (--out)")
     num_chunks = math.ceil(num_configs / chunk_size)
 
     def chunk_rows(index):
@@ -309,6 +317,9 @@ def run_chunked(
     for index in range(num_chunks):
         start, stop, rows = chunk_rows(index)
         chunk = finished.get(index)
+        if chunk is None and not layout.owns(index):
+            results.append(None)  # another process's: read back after the barrier
+            continue
         if chunk is None:
             hp, qr = chunk_inputs(rows)
             k_in = keys
@@ -324,6 +335,15 @@ def run_chunked(
         results.append(chunk)
         if progress is not None:
             progress.update(stop - start)
+    if layout.count > 1:
+        barrier(f"jfl-{label}-chunks", layout)
+        for index, chunk in enumerate(results):
+            if chunk is None:
+                start, stop, _ = chunk_rows(index)
+                expected = {k: (stop - start, *shape) for k, shape in per_config.items()}
+                results[index] = store.load(label, index, expected)
+                if results[index] is None:
+                    raise RuntimeError(f"chunk {index} of {label} is missing after the barrier")
     return {k: np.concatenate([r[k] for r in results]) for k in per_config}
 
 
@@ -351,6 +371,7 @@ def run_policy_grid(
     learner: Callable | None = None,
     data=None,
     eval_every: int | None = None,
+    layout: Layout = SINGLE,
 ) -> dict[str, np.ndarray]:
     """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
 
@@ -365,7 +386,8 @@ def run_policy_grid(
 
     Federated runs: ``learner(policy_name, m)`` builds each group's learner (its training slots
     can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run reads, and
-    ``eval_every`` the evaluation period in rounds.
+    ``eval_every`` the evaluation period in rounds. ``layout`` shares the chunks among the
+    processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
     """
     from jfl.runner import make_batched_run, make_run, seed_keys
 
@@ -431,10 +453,11 @@ def run_policy_grid(
                     hparams,
                     np.asarray(queue_rate[start:stop], np.float32),
                     # A policy with few configurations is not padded up to a large chunk.
-                    min(chunk_size, round_up(stop - start, jax.device_count())),
+                    min(chunk_size, round_up(stop - start, jax.local_device_count())),
                     store=store,
                     label=name if isinstance(m, int | np.integer) else f"{name}-m{size}",
                     progress=bar,
+                    layout=layout,
                 )
             )
     finally:
