@@ -103,11 +103,14 @@ def initialize(
         )
     except (RuntimeError, ValueError) as err:  # XlaRuntimeError is a RuntimeError
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        where = f" at {coordinator}" if coordinator else ""
-        raise ValueError(
-            f"--distributed: could not join the processes{where} within {timeout:g} s "
-            f"(--distributed-timeout): {first}"
-        ) from None
+        if coordinator is None:
+            hint = (
+                "no SLURM, Open MPI or TPU-pod cluster detected; launch with --coordinator "
+                "HOST:PORT --num-processes N --process-id I"
+            )
+        else:
+            hint = f"coordinator {coordinator}, --distributed-timeout {timeout:g} s"
+        raise ValueError(f"--distributed: could not join the processes ({hint}): {first}") from None
     return Layout(jax.process_index(), jax.process_count())
 
 
