@@ -161,6 +161,31 @@ def test_unreachable_coordinator_is_one_line_not_a_hang(tmp_path):
 # --------------------------------------------------------------------------- with processes
 
 
+def test_processes_with_other_settings_are_refused_before_compiling(tmp_path):
+    """Process 1 asks for another V: both stop with one line naming it, and --out is not
+    created."""
+    out, port = tmp_path / "out", free_port()
+    argv = [sys.executable, str(SCRIPT), *GRID[2:], "--out", str(out), "--distributed"]
+    argv += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    argv += ["--distributed-timeout", "60"]
+    procs = [
+        subprocess.Popen(
+            [*argv, "--V", V, "--process-id", str(i)],
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, V in enumerate(("0,50", "0,40"))
+    ]
+    for proc in procs:
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 2, stderr[-2000:]
+        errors = [line for line in stderr.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "process(es) [1] run other settings" in errors[0], errors
+    assert not out.exists()
+
+
 def test_two_processes_write_what_one_does(single, tmp_path):
     """2 processes, one device each: process 0 writes the one-process run's files (its chunks
     and process 1's); process 1 writes nothing but chunks; the metadata counts the processes."""
