@@ -38,6 +38,7 @@ LONGEST_FIRST = (
     "tests/experiments/test_cocs.py",
     "tests/experiments/test_cs_ucb.py",
     "tests/experiments/test_fl.py",
+    "tests/test_distributed.py",
     "tests/fl/test_train.py",
 )
 
