@@ -343,7 +343,10 @@ def run_chunked(
                 expected = {k: (stop - start, *shape) for k, shape in per_config.items()}
                 results[index] = store.load(label, index, expected)
                 if results[index] is None:
-                    raise RuntimeError(f"chunk {index} of {label} is missing after the barrier")
+                    raise RuntimeError(
+                        f"chunk {index} of {label} is missing after every process finished: is "
+                        "--out on a filesystem that every process sees?"
+                    )
     return {k: np.concatenate([r[k] for r in results]) for k in per_config}
 
 
