@@ -11,9 +11,9 @@ The policy needs a learner: without one a run refuses it before compiling.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from jfl.kernels import selection_count, topk_mask
+from jfl.kernels.order import inverse_permutation
 from jfl.policies.base import PolicySpec, check_selection_size, register, stateless
 
 
@@ -28,11 +28,10 @@ def local_accuracy(num_clients: int, num_channels: int):
 
     def select(key, state, obs, hparams):
         del state, hparams
-        # Top-k in a random order of the clients: its ties go to the earlier position.
-        order = jax.random.permutation(key, num_clients)
+        # A fresh random order of the clients each round: client n's place in it breaks ties.
+        priority = inverse_permutation(jax.random.permutation(key, num_clients))
         k = selection_count(obs.available, num_channels)
-        chosen = topk_mask(-obs.local_accuracy[order], obs.available[order], k)
-        return jnp.zeros(num_clients, bool).at[order].set(chosen)
+        return topk_mask(-obs.local_accuracy, obs.available, k, priority)
 
     return stateless(select)._replace(signals=("local_accuracy",))
 
