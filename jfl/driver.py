@@ -40,6 +40,9 @@ EXECUTION_ONLY = (
     "num_processes",
     "process_id",
     "distributed_timeout",
+    "memory_budget",
+    "per_run_rounds",
+    "compilation_cache",
 )
 
 
@@ -57,12 +60,16 @@ class Sweep:
     """output directory; re-running the same command there reuses or completes it"""
     chunk_size: str = "auto"
     """configurations per chunk, or 'auto' (fit --memory-budget, near the fastest batch)"""
-    memory_budget: float = 1024.0
-    """MiB per chunk (with --chunk-size auto)"""
+    memory_budget: float | None = None
+    """MiB for the chunks in flight (with --chunk-size auto); default: 1024 on CPU, half the
+    free memory of an accelerator"""
     resume: bool = False
     """continue the sweep in --out (it must hold the same settings)"""
     overwrite: bool = False
     """replace whatever sweep --out holds"""
+    per_run_rounds: bool = False
+    """also store every run's per-round values in results.nc (by default it holds per-run
+    metrics [config, seed] and bands over seeds [config, round]), written chunk by chunk"""
     trajectories: bool = False
     """also store per-client per-round selections and queues"""
     ci: Literal["t", "bootstrap"] = "t"
@@ -84,19 +91,27 @@ class Sweep:
     """with --distributed --coordinator: this process, 0 … --num-processes − 1"""
     distributed_timeout: float = 300.0
     """seconds to wait for the other processes to join"""
+    compilation_cache: bool = True
+    """keep compiled programs in the user's cache folder (jfl.compilation_cache) for later runs"""
 
     name: ClassVar[str] = "sweep"
     summary_columns: ClassVar[tuple[str, ...]] = ()
     # Whether the experiment trains a model (jfl.fl): only then can policies read the learner's
     # per-client signals (e.g. local_accuracy).
     trains: ClassVar[bool] = False
+    # Whether the experiment's metrics and figures read the device reductions (jfl.reduction):
+    # per-run metrics and bands over seeds. Experiments whose metrics need every run's rounds
+    # on the host (a regret against another configuration, say) keep them all, as with
+    # --per-run-rounds.
+    reduces_on_device: ClassVar[bool] = False
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the flag of the first bad value (subclasses extend)."""
         checks.integer("--seeds", self.seeds)
         checks.integer("--rounds", self.rounds)
         checks.integer("--base-seed", self.base_seed, 0)
-        checks.positive("--memory-budget", self.memory_budget)
+        if self.memory_budget is not None:
+            checks.positive("--memory-budget", self.memory_budget)
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
         from jfl import distributed
@@ -184,8 +199,22 @@ class Result:
 CPU_BATCH = 1024
 
 
-def chunk_size(config: Sweep, plan: Plan) -> int:
-    """``--chunk-size`` as an int: given, or the most configurations fitting the budget."""
+# --memory-budget's default on CPU, in MiB (accelerators: from the device's free memory).
+CPU_MEMORY_BUDGET = 1024.0
+
+
+def memory_budget_bytes(config: Sweep) -> int:
+    """``--memory-budget`` in bytes: given, or half an accelerator's free memory, or 1 GiB."""
+    from jfl import sweep
+
+    if config.memory_budget is not None:
+        return int(config.memory_budget * 2**20)
+    return sweep.device_memory_budget() or int(CPU_MEMORY_BUDGET * 2**20)
+
+
+def chunk_size(config: Sweep, plan: Plan, stored: int | None = None) -> int:
+    """``--chunk-size`` as an int: given, the size of the sweep being resumed (``stored``, so
+    that its chunks are the same), or the most configurations fitting the budget."""
     import jax
 
     from jfl import sweep
@@ -193,24 +222,38 @@ def chunk_size(config: Sweep, plan: Plan) -> int:
     devices = jax.local_device_count()  # a chunk runs on one process's devices
     if config.chunk_size != "auto":
         return sweep.round_up(int(config.chunk_size), devices)
+    if stored is not None:
+        return stored
     configs = plan.configs
     groups = ["policy"]
     if isinstance(plan.selection_size, str):
         groups.append(plan.selection_size)
     largest = int(configs.groupby(groups, sort=False).size().max())
     size = sweep.auto_chunk_size(
-        largest, config.seeds, plan.per_run_bytes, int(config.memory_budget * 2**20), devices
+        largest, config.seeds, plan.per_run_bytes, memory_budget_bytes(config), devices
     )
     if jax.default_backend() == "cpu":
         size = min(size, sweep.round_up(max(1, CPU_BATCH // config.seeds), devices))
     return size
 
 
+def per_run_outputs(config: Sweep, dims: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The outputs a reduced sweep keeps for every run: the per-round ones with
+    ``--per-run-rounds``, the trajectories with ``--trajectories``."""
+    from jfl.runner import TRAJECTORY_OUTPUTS
+
+    return tuple(
+        name
+        for name, d in dims.items()
+        if d and (config.per_run_rounds or (config.trajectories and name in TRAJECTORY_OUTPUTS))
+    )
+
+
 def run(config: Sweep) -> Result:
     """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
     import jax
 
-    from jfl import distributed, prng, results, sweep
+    from jfl import distributed, prng, sweep
     from jfl.runner import output_dims
 
     config.check()
@@ -228,7 +271,8 @@ def run(config: Sweep) -> Result:
     # process alike: they read the same directory).
     sweep.check_out_dir(out, settings, overwrite=config.overwrite)
     plan = config.plan()
-    size = chunk_size(config, plan)
+    stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
+    size = chunk_size(config, plan, stored)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
     # sweep bit-identical to an uninterrupted one. "devices" is per process (a chunk's devices).
     manifest = {**settings, "chunk_configs": size, "devices": jax.local_device_count()}
@@ -238,8 +282,17 @@ def run(config: Sweep) -> Result:
     distributed.barrier("jfl-out-ready", layout)
     if config.fast_prng:
         prng.use_unrolled_threefry_on_cpu()
+    cache = None
+    if config.compilation_cache:
+        from jfl import compilation_cache
 
+        cache = compilation_cache.enable()
+
+    dims = output_dims(plan.env, learner=plan.learner is not None, trajectories=config.trajectories)
+    reduced = type(config).reduces_on_device
+    keep = per_run_outputs(config, dims) if reduced else ()
     seeds = np.arange(config.seeds)
+    store = sweep.ChunkStore(out)
     start = time.perf_counter()
     outputs = sweep.run_policy_grid(
         plan.env,
@@ -252,7 +305,7 @@ def run(config: Sweep) -> Result:
         base_seed=config.base_seed,
         chunk_size=size,
         fixed=plan.fixed,
-        store=sweep.ChunkStore(out),
+        store=store,
         trajectories=config.trajectories,
         show_progress=not config.quiet,
         per_config=plan.per_config,
@@ -262,6 +315,8 @@ def run(config: Sweep) -> Result:
         data=plan.data,
         eval_every=plan.eval_every,
         layout=layout,
+        reduce=reduced,
+        keep=keep,
     )
     wall = time.perf_counter() - start
     untrained = int(np.max(outputs.get("untrained", 0)))
@@ -271,24 +326,64 @@ def run(config: Sweep) -> Result:
             "experiment's slot bound is wrong"
         )
 
-    dims = output_dims(plan.env, learner=plan.learner is not None, trajectories=config.trajectories)
-    ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
-    if plan.finish is not None:
-        ds = plan.finish(ds)
-    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
+    ds, summary = _labelled(config, plan, outputs, dims, seeds, keep)
     if not layout.writes_outputs:
         return Result(config, ds, summary, out, wall, process=layout.index)
     metadata = sweep.run_metadata(manifest, wall_seconds=wall)
     metadata["processes"] = layout.count
     metadata["devices_per_process"] = jax.local_device_count()
+    metadata["outputs"] = "reduced on the device" if reduced else "every run's rounds"
+    if keep:
+        metadata["per_run_outputs"] = list(keep)
+    if cache is not None:
+        from jfl import compilation_cache
+
+        metadata["compilation_cache"] = {"dir": str(cache), "hits": compilation_cache.hits()}
     if plan.fixed:
         metadata["fixed_hparams"] = {name: float(value) for name, value in plan.fixed.items()}
     metadata.update(plan.metadata)
-    results.write_dataset(ds, out / "results.nc", metadata)
+    kept = {name: dims[name] for name in keep}
+    _write_outputs(config, plan, ds, summary, metadata, store, size, kept)
+    return Result(config, ds, summary, out, wall)
+
+
+def _labelled(config: Sweep, plan: Plan, outputs, dims, seeds, keep):
+    """The labelled dataset and the summary table of a finished sweep's outputs."""
+    from jfl import reduction, results
+
+    if type(config).reduces_on_device:
+        ds = results.to_dataset(
+            outputs, plan.configs, seeds, dims=reduction.reduced_dims(dims), leading=("config",)
+        )
+        if plan.finish is not None:
+            ds = plan.finish(ds)
+        extra = config.metrics(ds)  # the experiment's own per-run metrics [config, seed]
+        ds = ds.assign(extra)
+        summary = results.summary_table(ds, [*reduction.RUN_METRICS, *extra], method=config.ci)
+        return ds, summary
+    ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
+    if plan.finish is not None:
+        ds = plan.finish(ds)
+    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
+    return ds, summary
+
+
+def _write_outputs(config, plan, ds, summary, metadata, store, size, kept) -> None:
+    """``results.nc`` (with the per-run values streamed in from the chunk store), then
+    ``summary.csv``, ``metadata.json`` and the figures."""
+    from jfl import results, sweep
+
+    out = Path(config.out)
+    per_run = None
+    if kept:
+        chunks = list(sweep.per_run_chunks(plan.configs, plan.selection_size, size))
+        per_run = results.PerRun(kept, chunks, store.load_per_run)
+    results.write_dataset(ds, out / "results.nc", metadata, per_run=per_run)
+    if kept:
+        store.remove_per_run()  # they are in results.nc now: one copy on disk
     summary.to_csv(out / "summary.csv", index=False)
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
     if config.plots:
         folder = out / "figures"
         folder.mkdir(parents=True, exist_ok=True)
         config.figures(ds, summary, folder)
-    return Result(config, ds, summary, out, wall)

@@ -12,7 +12,7 @@ import pandas as pd
 import xarray as xr
 from matplotlib.figure import Figure
 
-from jfl.stats import mean_ci
+from jfl.stats import mean_ci, stats_ci
 
 
 def _subplots(*args, **kwargs):
@@ -24,10 +24,36 @@ def _subplots(*args, **kwargs):
 def band(ax, x, samples, label=None, level=0.95, **kwargs):
     """Mean line and shaded Student-t band of ``samples`` [seed, x] (no band for one seed)."""
     mean, lo, hi = mean_ci(np.asarray(samples), axis=0, level=level)
+    return _draw(ax, x, mean, lo, hi, label, **kwargs)
+
+
+def band_from_stats(ax, x, mean, variance, n, label=None, level=0.95, **kwargs):
+    """The same line and band from the mean and variance over ``n`` seeds
+    (``jfl.reduction``'s bands)."""
+    mean, lo, hi = stats_ci(np.asarray(mean), np.asarray(variance), n, level)
+    return _draw(ax, x, mean, lo, hi, label, **kwargs)
+
+
+def _draw(ax, x, mean, lo, hi, label, **kwargs):
     (line,) = ax.plot(x, mean, label=label, **kwargs)
     if np.all(np.isfinite(lo)):
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
     return line
+
+
+def seed_band(ax, ds, variable, config, dim, label=None, transform=None, **kwargs):
+    """Band over seeds of ``variable`` for one configuration: from every run's values when
+    ``ds`` holds them (``transform`` applied to each run's [dim] values first), else from the
+    band ``<variable>_band`` a reduced sweep stores."""
+    x = ds[dim].to_numpy()
+    if variable in ds and "seed" in ds[variable].dims:
+        samples = ds[variable].sel(config=config).transpose("seed", dim).to_numpy()
+        if transform is not None:
+            samples = transform(samples)
+        return band(ax, x, samples, label=label, **kwargs)
+    stats = ds[f"{variable}_band"].sel(config=config)
+    mean, variance = stats.sel(stat="mean").to_numpy(), stats.sel(stat="var").to_numpy()
+    return band_from_stats(ax, x, mean, variance, ds.sizes["seed"], label=label, **kwargs)
 
 
 def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
@@ -64,12 +90,12 @@ def plot_over_rounds(
     varying = varying_hparams(ds)
     configs = _select_configs(ds, max_lines) if configs is None else configs
     fig, ax = _subplots(figsize=(6.4, 4.2))
-    x = ds["round"].to_numpy()
     for config in configs:
-        samples = ds[variable].sel(config=config).transpose("seed", "round").to_numpy()
-        if cumulative:
-            samples = np.cumsum(samples, axis=1)
-        band(ax, x, samples, label=config_label(ds, config, varying))
+        label = config_label(ds, config, varying)
+        if cumulative and f"{variable}_band" in ds:
+            raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
+        cumsum = (lambda samples: np.cumsum(samples, axis=1)) if cumulative else None
+        seed_band(ax, ds, variable, config, "round", label=label, transform=cumsum)
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -86,8 +112,14 @@ def plot_pull_record(ds, path, configs=None, max_lines=12):
     fig, ax = _subplots(figsize=(6.4, 4.2))
     x = np.arange(1, ds.sizes["client"] + 1)
     for config in configs:
+        label = config_label(ds, config, varying)
+        if "pull_record_band" in ds:
+            stats = ds["pull_record_band"].sel(config=config)
+            mean, variance = stats.sel(stat="mean"), stats.sel(stat="var")
+            band_from_stats(ax, x, mean, variance, ds.sizes["seed"], label=label, marker=".")
+            continue
         counts = ds["selection_count"].sel(config=config).transpose("seed", "client").to_numpy()
-        band(ax, x, np.sort(counts, axis=1), label=config_label(ds, config, varying), marker=".")
+        band(ax, x, np.sort(counts, axis=1), label=label, marker=".")
     ax.set_xlabel("client (sorted by pull count)")
     ax.set_ylabel(f"selections after {ds.sizes['round']} rounds")
     ax.set_title("Pull record")

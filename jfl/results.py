@@ -7,7 +7,10 @@ hyperparameter, NaN where a policy does not use it), then ``seed``, ``round`` an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -45,36 +48,43 @@ def to_dataset(
     configs: pd.DataFrame,
     seeds,
     dims: Mapping[str, tuple[str, ...]] | None = None,
+    leading: tuple[str, ...] = ("config", "seed"),
 ) -> xr.Dataset:
     """Arrays with leading axes [config, seed] and a config table -> labelled Dataset.
 
-    ``dims`` gives each output's dims after [config, seed] (``jfl.runner.output_dims``); by
-    default those of the runner's core, learner and trajectory outputs and of the per-round
-    metrics every environment in ``jfl.envs.ENVIRONMENTS`` declares.
+    ``dims`` gives each output's dims after the ``leading`` ones (``jfl.runner.output_dims``;
+    for a sweep reduced on the device, ``leading=("config",)`` and
+    ``jfl.reduction.reduced_dims``); by default those of the runner's core, learner and
+    trajectory outputs and of the per-round metrics every environment in
+    ``jfl.envs.ENVIRONMENTS`` declares.
     """
     if dims is None:
         dims = {}
         for env_type in ENVIRONMENTS.values():
             dims.update(output_dims(env_type(), learner=True, trajectories=True))
     seeds = np.asarray(seeds)
-    data_vars = {}
+    data_vars, sizes = {}, {}
     for name, value in outputs.items():
         if name not in dims:
             raise ValueError(
                 f"unknown output {name!r}: not among the declared outputs {sorted(dims)}"
             )
-        data_vars[name] = (("config", "seed", *dims[name]), np.asarray(value))
-    first = np.asarray(next(iter(outputs.values())))
+        names = (*leading, *dims[name])
+        data_vars[name] = (names, np.asarray(value))
+        sizes.update(zip(names, np.shape(value), strict=True))
     coords = {"config": np.arange(len(configs)), "seed": seeds}
-    if "round_time" in outputs:
-        coords["round"] = np.arange(1, first.shape[2] + 1)
-    if "accuracy" in outputs and "round_time" in outputs:
-        # Evaluations at rounds 0, k, 2k, …, T.
-        num_rounds = np.asarray(outputs["round_time"]).shape[2]
-        num_evals = np.asarray(outputs["accuracy"]).shape[2]
-        coords["eval"] = np.arange(num_evals) * (num_rounds // max(num_evals - 1, 1))
-    if "selection_count" in outputs:
-        coords["client"] = np.arange(np.asarray(outputs["selection_count"]).shape[2])
+    if "round" in sizes:
+        coords["round"] = np.arange(1, sizes["round"] + 1)
+        if "eval" in sizes:
+            # Evaluations at rounds 0, k, 2k, …, T.
+            period = sizes["round"] // max(sizes["eval"] - 1, 1)
+            coords["eval"] = np.arange(sizes["eval"]) * period
+    if "client" in sizes:
+        coords["client"] = np.arange(sizes["client"])
+    if "stat" in sizes:
+        from jfl.reduction import BAND_STATS
+
+        coords["stat"] = list(BAND_STATS)
     for column in configs.columns:
         values = configs[column].to_numpy()
         if column == "policy":
@@ -150,15 +160,24 @@ def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None) -> pd.DataFrame:
     """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``.
 
-    ``metrics(ds) -> {name: DataArray[config, seed]}`` adds an experiment's own metrics after
-    the generic ones of :func:`run_metrics`.
+    From every run's outputs (a sweep that keeps them); ``metrics(ds) -> {name:
+    DataArray[config, seed]}`` adds an experiment's own metrics after the generic ones of
+    :func:`run_metrics`.
     """
     metrics = run_metrics(ds, metrics)
+    return summary_table(ds.assign(metrics), list(metrics.data_vars), level, method)
+
+
+def summary_table(
+    ds: xr.Dataset, metrics: list[str], level: float = 0.95, method: str = "t"
+) -> pd.DataFrame:
+    """One row per configuration: its labels, ``n_seeds``, then for each per-run metric of
+    ``ds`` ([config, seed]) its mean over seeds and interval, ``name``/``_lo``/``_hi``."""
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
     table["n_seeds"] = ds.sizes["seed"]
-    for name in metrics.data_vars:
-        values = metrics[name].transpose("config", "seed").to_numpy()
+    for name in metrics:
+        values = ds[name].transpose("config", "seed").to_numpy()
         mean, lo, hi = interval(values, axis=1, level=level, method=method)
         table[name] = mean
         table[f"{name}_lo"] = lo
@@ -166,11 +185,44 @@ def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=No
     return table
 
 
-def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None) -> None:
+class PerRun(NamedTuple):
+    """Where a sweep's per-run values wait to go into its results file (``write_dataset``)."""
+
+    dims: Mapping[str, tuple[str, ...]]  # name -> dims after [config, seed]
+    chunks: list  # (label, index, first row, stop row) of every stored chunk, in row order
+    load: Callable  # load(label, index, name) -> np.ndarray [rows, seed, ...]
+
+
+def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None, per_run=None) -> None:
+    """``ds`` as netCDF at ``path`` (written beside it and renamed into place when complete).
+
+    ``per_run`` (a :class:`PerRun`) adds every run's values, copied from the chunk store one
+    chunk and one output at a time, so that no more than a chunk of them is ever in memory.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
     ds = ds.copy()
     if metadata is not None:
         ds.attrs["metadata"] = json.dumps(metadata, default=str)
-    ds.to_netcdf(path, engine="h5netcdf")
+    ds.to_netcdf(tmp, engine="h5netcdf")
+    if per_run is not None:
+        _append_per_run(tmp, ds, per_run)
+    os.replace(tmp, path)
+
+
+def _append_per_run(path: Path, ds: xr.Dataset, per_run: PerRun) -> None:
+    import h5netcdf
+
+    with h5netcdf.File(path, "a") as f:
+        for name, dims in per_run.dims.items():
+            first = per_run.load(*per_run.chunks[0][:2], name)
+            names = ("config", "seed", *dims)
+            for dim, size in zip(names[1:], first.shape[1:], strict=True):
+                if dim not in f.dimensions:
+                    f.dimensions[dim] = size
+            variable = f.create_variable(name, names, first.dtype)
+            for label, index, start, stop in per_run.chunks:
+                variable[start:stop] = per_run.load(label, index, name)
 
 
 def load_dataset(path) -> xr.Dataset:

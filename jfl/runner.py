@@ -342,7 +342,7 @@ def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, ja
     return {name: values[name] for name in env.round_metrics}
 
 
-def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = ()):
+def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=None):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
     Signature of the result: ``(keys[S], hparams{name: [C]}, queue_rate[C]) -> RunOutput`` with
@@ -350,14 +350,22 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = ()):
     compiled program as an argument. The hyperparameters named in ``seed_hparams`` have a seed
     axis after the configuration axis (``[C, S, ...]``): each run reads its own seed's row, for
     values that depend on the seed, such as the mean rewards of the seed's client layout.
+
+    With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead the dict that
+    ``reduce(outputs[S, ...], queue_rate)`` returns for each configuration, with a leading axis
+    ``[C]``: the reduction runs on the device, inside the same program, and only its (small)
+    outputs leave it.
     """
 
     def over_seeds(keys, hparams, queue_rate, data):
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
         seeded = {k: hparams[k] for k in seed_hparams}
-        return jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
+        outputs = jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
             keys, seeded
         )
+        if reduce is None:
+            return outputs
+        return reduce(outputs.arrays(), queue_rate)
 
     over_configs = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0, 0, None)))
     return lambda keys, hparams, queue_rate: over_configs(keys, hparams, queue_rate, data)

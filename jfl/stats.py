@@ -35,6 +35,19 @@ def mean_ci(samples, axis: int = 0, level: float = 0.95):
     return mean, mean - half, mean + half
 
 
+def stats_ci(mean, variance, n: int, level: float = 0.95):
+    """:func:`mean_ci` from the mean and the variance (``ddof=1``) of ``n`` samples: the same
+    interval, for bands reduced on the device (NaN bounds for fewer than two samples)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    mean = np.asarray(mean, float)
+    if n < 2:
+        nan = np.full_like(mean, np.nan)
+        return mean, nan, nan
+    half = sps.t.ppf(0.5 + level / 2, df=n - 1) * np.sqrt(np.asarray(variance, float) / n)
+    return mean, mean - half, mean + half
+
+
 def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int = 2000, seed=0):
     """Mean and a BCa bootstrap interval of the mean along ``axis`` (scipy.stats.bootstrap)."""
     x = np.asarray(samples, float)

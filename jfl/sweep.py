@@ -18,7 +18,9 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -128,14 +130,42 @@ def bytes_per_run(num_rounds: int, num_clients: int, m: int, trajectories: bool)
     return 2 * (outputs + working)  # ×2: double-buffered outputs and XLA temporaries
 
 
+# Chunks on the device at once: one computing while the previous one is fetched.
+IN_FLIGHT = 2
+
+
 def auto_chunk_size(
     num_configs: int, num_seeds: int, per_run_bytes: int, budget_bytes: int, devices: int = 1
 ) -> int:
-    """Largest number of configurations per chunk that fits ``budget_bytes``."""
-    per_config = max(1, num_seeds * per_run_bytes)
+    """Largest number of configurations per chunk such that the chunks in flight
+    (``IN_FLIGHT``) fit ``budget_bytes`` together."""
+    per_config = max(1, num_seeds * per_run_bytes * IN_FLIGHT)
     size = max(1, budget_bytes // per_config)
     size = min(size, num_configs)
     return round_up(size, devices)
+
+
+def device_memory_budget(fraction: float = 0.5) -> int | None:
+    """``fraction`` of the free memory of this process's first device, in bytes; None where the
+    device reports no memory statistics (the CPU)."""
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if "bytes_limit" not in stats:
+        return None
+    return int(fraction * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+
+
+def chunk_bounds(num_configs: int, max_size: int, devices: int = 1) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each chunk: as few chunks as ``max_size`` allows, of equal size
+    (``ceil(C / ceil(C / max))`` configurations, a multiple of ``devices``), the last one shorter.
+
+    Every chunk is computed at the same, first chunk's, size (the last padded), so one compiled
+    program serves them all; balancing keeps that padding below one row per chunk and device.
+    """
+    if num_configs < 1:
+        return []
+    count = math.ceil(num_configs / max_size)
+    size = round_up(math.ceil(num_configs / count), devices)
+    return [(start, min(start + size, num_configs)) for start in range(0, num_configs, size)]
 
 
 def round_up(x: int, multiple: int) -> int:
@@ -163,6 +193,41 @@ class ChunkStore:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, target)
+
+    def per_run_path(self, label: str, index: int) -> Path:
+        return self.root / CHUNK_DIR / label / f"per_run_{index:06d}"
+
+    def save_per_run(self, label: str, index: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """A chunk's per-run values as raw ``.npy`` files in one directory, renamed into place
+        when complete (no archive: they are large, and read back one array at a time)."""
+        target = self.per_run_path(label, index)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, suffix=".tmp"))
+        for name, value in arrays.items():
+            np.save(tmp / f"{name}.npy", value)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+
+    def has_per_run(self, label: str, index: int, expected: Mapping[str, tuple]) -> bool:
+        """Whether the chunk's per-run values are all there, with the ``expected`` shapes."""
+        path = self.per_run_path(label, index)
+        for name, shape in expected.items():
+            try:
+                array = np.load(path / f"{name}.npy", mmap_mode="r")
+            except (OSError, ValueError):
+                return False
+            if array.shape != tuple(shape):
+                return False
+        return True
+
+    def load_per_run(self, label: str, index: int, name: str) -> np.ndarray:
+        """One per-run array of a chunk, memory-mapped."""
+        return np.load(self.per_run_path(label, index) / f"{name}.npy", mmap_mode="r")
+
+    def remove_per_run(self) -> None:
+        """Delete every chunk's per-run values (once they are in the results file)."""
+        for path in (self.root / CHUNK_DIR).glob("*/per_run_*"):
+            shutil.rmtree(path, ignore_errors=True)
 
     def load(self, label: str, index: int, expected: Mapping[str, tuple]) -> dict | None:
         """The chunk's arrays, ``None`` if absent; a clear error if it is corrupt."""
@@ -199,6 +264,20 @@ def check_out_dir(out: Path, settings: Mapping, overwrite: bool) -> None:
         return  # prepare_out_dir names the problem
     settings = json.loads(json.dumps(settings, default=str))
     _refuse_other_settings(out, {k: old.get(k) for k in settings}, settings)
+
+
+def stored_chunk_size(out: Path, settings: Mapping) -> int | None:
+    """The chunk size of the sweep ``out`` holds with these ``settings`` on this many devices
+    (a resumed sweep keeps its chunks whatever memory is free now), None if there is none."""
+    try:
+        old = json.loads((Path(out) / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    settings = json.loads(json.dumps(settings, default=str))
+    same = all(old.get(k) == v for k, v in settings.items())
+    if not same or old.get("devices") != jax.local_device_count():
+        return None
+    return old.get("chunk_configs")
 
 
 def _refuse_other_settings(out: Path, old: Mapping, new: Mapping) -> None:
@@ -272,15 +351,23 @@ def run_chunked(
     label: str = "run",
     progress: tqdm | None = None,
     layout: Layout = SINGLE,
+    stream: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
-    """Run ``batched(keys, hparams, queue_rate)`` over configurations in fixed-size chunks.
+    """Run ``batched(keys, hparams, queue_rate)`` over configurations in chunks.
 
-    Every chunk has exactly ``chunk_size`` configurations (the last is padded by repeating its
-    final row and trimmed afterwards), so the whole sweep reuses one compiled program. With
+    The chunks are balanced (``chunk_bounds``: at most ``chunk_size`` configurations each) and
+    all computed at the first one's size (the last padded by repeating its final row, the padding
+    trimmed before it leaves the device), so the whole sweep reuses one compiled program. With
     several local devices the configuration axis is sharded across them (``chunk_size`` must then
-    be a multiple of the local device count). Finished chunks are saved to / reloaded from
-    ``store``. With several processes (``layout``, see ``jfl.distributed``) each computes the
-    chunks it owns, and after a barrier reads the others' from the shared ``store``.
+    be a multiple of the local device count).
+
+    A pipeline: chunk i + 1 is dispatched before chunk i is fetched, and a background thread
+    writes each finished chunk to ``store`` (atomically), so the device, the transfer and the
+    disk overlap. Chunks already in ``store`` are reloaded, not computed. The outputs named in
+    ``stream`` (large per-run values) go to the store only (``ChunkStore.save_per_run``) and are
+    not returned; without a store they are returned like the others. With several processes
+    (``layout``, see ``jfl.distributed``) each computes the chunks it owns, and after a barrier
+    reads the others' from the shared ``store``.
     """
     num_configs = len(queue_rate)
     config_sharding, replicated = _sharding()
@@ -292,62 +379,100 @@ def run_chunked(
         )
     if layout.count > 1 and store is None:
         raise ValueError("a sweep over several processes needs a chunk store (--out)")
-    num_chunks = math.ceil(num_configs / chunk_size)
+    stream = tuple(stream) if store is not None else ()
+    bounds = chunk_bounds(num_configs, chunk_size, num_devices)
+    size = bounds[0][1] - bounds[0][0]
 
-    def chunk_rows(index):
-        start, stop = index * chunk_size, min((index + 1) * chunk_size, num_configs)
-        return start, stop, np.arange(start, start + chunk_size).clip(max=stop - 1)
-
-    def chunk_inputs(rows):
+    def chunk_inputs(start, stop):
+        rows = np.arange(start, start + size).clip(max=stop - 1)
         return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, jnp.asarray(queue_rate[rows])
 
     # Shapes of one configuration's outputs, to validate stored chunks before computing anything.
-    shapes = jax.eval_shape(batched, keys, *chunk_inputs(chunk_rows(0)[2]))
-    per_config = {k: v.shape[1:] for k, v in shapes.arrays().items()}
-    finished = {}
-    if store is not None:
-        for index in range(num_chunks):
-            start, stop, _ = chunk_rows(index)
-            expected = {k: (stop - start, *shape) for k, shape in per_config.items()}
-            arrays = store.load(label, index, expected)
-            if arrays is not None:
-                finished[index] = arrays
+    shapes = jax.eval_shape(batched, keys, *chunk_inputs(*bounds[0]))
+    shapes = shapes if isinstance(shapes, Mapping) else shapes.arrays()
+    per_config = {k: v.shape[1:] for k, v in shapes.items()}
+    collected = [name for name in per_config if name not in stream]
 
-    results = []
-    for index in range(num_chunks):
-        start, stop, rows = chunk_rows(index)
-        chunk = finished.get(index)
-        if chunk is None and not layout.owns(index):
-            results.append(None)  # another process's: read back after the barrier
-            continue
-        if chunk is None:
-            hp, qr = chunk_inputs(rows)
-            k_in = keys
-            if config_sharding is not None:
-                hp = jax.device_put(hp, config_sharding)
-                qr = jax.device_put(qr, config_sharding)
-                k_in = jax.device_put(keys, replicated)
-            output = batched(k_in, hp, qr)
-            arrays = output.arrays()
-            chunk = {name: np.asarray(arrays[name])[: stop - start] for name in per_config}
-            if store is not None:
-                store.save(label, index, chunk)
-        results.append(chunk)
+    def expected(index, names):
+        start, stop = bounds[index]
+        return {k: (stop - start, *per_config[k]) for k in names}
+
+    def load(index):
+        chunk = store.load(label, index, expected(index, collected))
+        if (
+            chunk is not None
+            and stream
+            and not store.has_per_run(label, index, expected(index, stream))
+        ):
+            return None  # its per-run values are missing: compute it again
+        return chunk
+
+    results = {}
+    if store is not None:
+        for index in range(len(bounds)):
+            chunk = load(index)
+            if chunk is not None:
+                results[index] = chunk
+    todo = [i for i in range(len(bounds)) if i not in results and layout.owns(i)]
+    if progress is not None and results:
+        progress.update(sum(bounds[i][1] - bounds[i][0] for i in results))
+
+    def dispatch(index):
+        hp, qr = chunk_inputs(*bounds[index])
+        k_in = keys
+        if config_sharding is not None:
+            hp = jax.device_put(hp, config_sharding)
+            qr = jax.device_put(qr, config_sharding)
+            k_in = jax.device_put(keys, replicated)
+        output = batched(k_in, hp, qr)  # asynchronous: returns before the device finishes
+        return index, output if isinstance(output, Mapping) else output.arrays()
+
+    def fetch(index, arrays):
+        start, stop = bounds[index]
+        count = stop - start
+        trim = (lambda x: x[:count]) if count < size else (lambda x: x)
+        host = {name: np.asarray(trim(arrays[name])) for name in per_config}
+        results[index] = {name: host[name] for name in collected}
+        if store is not None:
+            per_run = {name: host[name] for name in stream}
+            writes.append(writer.submit(_save_chunk, store, label, index, results[index], per_run))
         if progress is not None:
-            progress.update(stop - start)
+            progress.update(count)
+
+    writes = []
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jfl-chunk-writer")
+    try:
+        pending = None
+        for index in todo:
+            dispatched = dispatch(index)
+            if pending is not None:
+                fetch(*pending)
+            pending = dispatched
+        if pending is not None:
+            fetch(*pending)
+    finally:
+        # Whatever was computed is written, even on an interrupt.
+        writer.shutdown(wait=True)
+    for write in writes:
+        write.result()  # a failed write raises here
     if layout.count > 1:
         barrier(f"jfl-{label}-chunks", layout)
-        for index, chunk in enumerate(results):
-            if chunk is None:
-                start, stop, _ = chunk_rows(index)
-                expected = {k: (stop - start, *shape) for k, shape in per_config.items()}
-                results[index] = store.load(label, index, expected)
+        for index in range(len(bounds)):
+            if index not in results:
+                results[index] = load(index)
                 if results[index] is None:
                     raise RuntimeError(
                         f"chunk {index} of {label} is missing after every process finished: is "
                         "--out on a filesystem that every process sees?"
                     )
-    return {k: np.concatenate([r[k] for r in results]) for k in per_config}
+    return {k: np.concatenate([results[i][k] for i in range(len(bounds))]) for k in collected}
+
+
+def _save_chunk(store: ChunkStore, label: str, index: int, arrays, per_run) -> None:
+    # The per-run values first: a chunk counts as finished once its main file is there.
+    if per_run:
+        store.save_per_run(label, index, per_run)
+    store.save(label, index, arrays)
 
 
 # --------------------------------------------------------------------------- orchestration
@@ -375,8 +500,16 @@ def run_policy_grid(
     data=None,
     eval_every: int | None = None,
     layout: Layout = SINGLE,
+    reduce: bool = False,
+    keep: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
+
+    With ``reduce`` the runs are reduced on the device (``jfl.reduction``): the outputs are the
+    per-run metrics [config, seed] and the bands over seeds [config, ...] that
+    ``jfl.reduction.reduced_dims`` lists, and the per-run outputs named in ``keep``
+    ([config, seed, ...]), which go to ``store`` chunk by chunk (``ChunkStore.save_per_run``;
+    read them back with ``per_run_chunks``) instead of being returned, when there is a store.
 
     One compiled program per policy and selection size ``m`` (an int, or the name of a config
     column holding it per row); each group's rows must be contiguous. ``per_config`` holds extra
@@ -392,7 +525,8 @@ def run_policy_grid(
     ``eval_every`` the evaluation period in rounds. ``layout`` shares the chunks among the
     processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
     """
-    from jfl.runner import make_batched_run, make_run, seed_keys
+    from jfl.reduction import make_reducer
+    from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
 
     per_config = {k: np.asarray(v) for k, v in (per_config or {}).items()}
     for key, value in per_config.items():
@@ -410,11 +544,12 @@ def run_policy_grid(
     else:
         queue_rate = configs["queue_rate"].to_numpy()
     sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
-    groups = pd.Series(list(zip(configs["policy"], sizes, strict=True)))
-    starts = np.flatnonzero(np.r_[True, groups.to_numpy()[1:] != groups.to_numpy()[:-1]])
-    if groups.iloc[starts].duplicated().any():
-        raise ValueError("configs must list each (policy, m) group's rows contiguously")
-    bounds = list(zip(starts, [*starts[1:], len(configs)], strict=True))
+    groups = policy_groups(configs, m)
+    bounds = [(g.start, g.stop) for g in groups]
+    reducer = None
+    if reduce:
+        dims = output_dims(env, learner=learner is not None, trajectories=trajectories)
+        reducer = make_reducer(dims, num_rounds, tuple(keep))
     # Every group is checked (environment, learner signals) before the first one compiles.
     learners = []
     for start, _ in bounds:
@@ -427,7 +562,8 @@ def run_policy_grid(
     per_group = []
     bar = tqdm(total=len(configs), unit="config", disable=not show_progress, desc="sweep")
     try:
-        for (start, stop), group_learner in zip(bounds, learners, strict=True):
+        for group, group_learner in zip(groups, learners, strict=True):
+            start, stop = group.start, group.stop
             name, size = configs["policy"].iloc[start], int(sizes[start])
             policy = get_policy(name).build(num_clients, size)
             batched = make_batched_run(
@@ -443,6 +579,7 @@ def run_policy_grid(
                 ),
                 data,
                 seed_hparams=tuple(per_seed),
+                reduce=reducer,
             )
             rows = configs.iloc[start:stop]
             hparams = policy_hparams(name, rows, fixed)
@@ -455,17 +592,57 @@ def run_policy_grid(
                     keys,
                     hparams,
                     np.asarray(queue_rate[start:stop], np.float32),
-                    # A policy with few configurations is not padded up to a large chunk.
-                    min(chunk_size, round_up(stop - start, jax.local_device_count())),
+                    group_chunk_size(chunk_size, stop - start),
                     store=store,
-                    label=name if isinstance(m, int | np.integer) else f"{name}-m{size}",
+                    label=group.label,
                     progress=bar,
                     layout=layout,
+                    stream=tuple(keep) if reduce else (),
                 )
             )
     finally:
         bar.close()
+    if len(per_group) == 1:
+        return per_group[0]
     return {k: np.concatenate([p[k] for p in per_group]) for k in per_group[0]}
+
+
+class Group(NamedTuple):
+    """The contiguous rows of ``configs`` that share one compiled program (policy and m)."""
+
+    label: str  # its chunks' folder in the store
+    start: int
+    stop: int
+
+
+def policy_groups(configs: pd.DataFrame, m: int | str) -> list[Group]:
+    """The (policy, m) groups of ``configs``, in order; each group's rows must be contiguous."""
+    sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
+    keys = pd.Series(list(zip(configs["policy"], sizes, strict=True))).to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    if pd.Series(keys[starts]).duplicated().any():
+        raise ValueError("configs must list each (policy, m) group's rows contiguously")
+    groups = []
+    for start, stop in zip(starts, [*starts[1:], len(configs)], strict=True):
+        name, size = configs["policy"].iloc[start], int(sizes[start])
+        label = name if isinstance(m, int | np.integer) else f"{name}-m{size}"
+        groups.append(Group(label, int(start), int(stop)))
+    return groups
+
+
+def group_chunk_size(chunk_size: int, num_configs: int) -> int:
+    """A group's largest chunk: a policy with few configurations is not padded to a large one."""
+    return min(chunk_size, round_up(num_configs, jax.local_device_count()))
+
+
+def per_run_chunks(configs: pd.DataFrame, m: int | str, chunk_size: int):
+    """``(label, chunk index, first row, stop row)`` of every chunk ``run_policy_grid`` stores,
+    rows counted over the whole ``configs`` table (to read the per-run values back in order)."""
+    for group in policy_groups(configs, m):
+        size = group_chunk_size(chunk_size, group.stop - group.start)
+        bounds = chunk_bounds(group.stop - group.start, size, jax.local_device_count())
+        for index, (start, stop) in enumerate(bounds):
+            yield group.label, index, group.start + start, group.start + stop
 
 
 def run_metadata(settings: Mapping, wall_seconds: float | None = None) -> dict:

@@ -11,7 +11,11 @@ tie-break, ``cocs_hfl`` again when the assignment solver became exact-quality (i
 the three CS-UCB selection experiments and ``fl_cs_ucb_q`` when τ_max became 0.5 s and the gaps
 the pseudo-regret (issue 13; ``fl_cs_ucb_q``'s flags pin FedAvg's epoch protocol, which its
 default no longer is), and ``v_beta_grid`` and ``fl_rbcsf`` when RBCS-F's η took log₂, its ties
-(and Random's) a per-run random order and §6.2's clients equal sizes (issue 14).
+(and Random's) a per-run random order and §6.2's clients equal sizes (issue 14), and
+``v_beta_grid`` again when its per-run metrics moved onto the device (issue 25: float32 pairwise
+sums in ``jfl.reduction`` instead of NumPy's float32 means on the host, so last bits moved; every
+value was checked against the previous file: means within 1.1e-7 relative, below float32's
+epsilon, interval bounds within the same absolute difference).
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

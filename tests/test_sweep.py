@@ -15,10 +15,12 @@ from jfl.envs import WirelessEnv
 from jfl.envs.wireless import make_params
 from jfl.sweep import (
     CHUNK_DIR,
+    IN_FLIGHT,
     MANIFEST,
     ChunkStore,
     auto_chunk_size,
     bytes_per_run,
+    chunk_bounds,
     config_table,
     parse_values,
     policy_hparams,
@@ -126,11 +128,31 @@ def test_chunk_sizes_fit_the_budget_and_the_devices():
     per_run = bytes_per_run(500, 40, 8, trajectories=False)
     assert bytes_per_run(500, 40, 8, trajectories=True) > per_run > 0
     assert bytes_per_run(1000, 40, 8, trajectories=False) > per_run
-    # 10 seeds of per_run bytes: a budget of 3.5 configurations gives 3, never more than exist.
-    assert auto_chunk_size(100, 10, per_run, int(3.5 * 10 * per_run)) == 3
+    # 10 seeds of per_run bytes: a budget of 3.5 configurations for each chunk in flight gives
+    # 3, never more than exist.
+    budget = int(3.5 * 10 * per_run * IN_FLIGHT)
+    assert auto_chunk_size(100, 10, per_run, budget) == 3
+    assert auto_chunk_size(100, 10, per_run, budget // IN_FLIGHT) == 1
     assert auto_chunk_size(2, 10, per_run, 10**12) == 2
     assert auto_chunk_size(100, 10, per_run, 1) == 1  # at least one configuration
-    assert auto_chunk_size(100, 10, per_run, int(3.5 * 10 * per_run), devices=4) == 4
+    assert auto_chunk_size(100, 10, per_run, budget, devices=4) == 4
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+def test_balanced_chunks_cover_every_configuration_once(devices):
+    for num_configs in range(1, 60):
+        for max_size in range(devices, 25, devices):
+            bounds = chunk_bounds(num_configs, max_size, devices)
+            rows = np.concatenate([np.arange(a, b) for a, b in bounds])
+            np.testing.assert_array_equal(rows, np.arange(num_configs))
+            sizes = [b - a for a, b in bounds]
+            assert max(sizes) <= max_size and len(set(sizes[:-1])) <= 1
+            assert len(bounds) == 1 or sizes[0] % devices == 0
+            assert len(bounds) == -(-num_configs // max_size)  # as few chunks as fit
+            # Every chunk computes at the first one's size: the padding is below one row per
+            # chunk and device.
+            padded = -(-sizes[0] // devices) * devices
+            assert len(bounds) * padded - num_configs < len(bounds) * devices
 
 
 # --------------------------------------------------------------------------- output directory

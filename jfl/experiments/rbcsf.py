@@ -99,6 +99,7 @@ class VBetaGrid(RbcsfScenario):
     out: str = "runs/v_beta_grid"
 
     name: ClassVar[str] = "v_beta_grid"
+    reduces_on_device: ClassVar[bool] = True
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy V beta alpha deadline n_seeds mean_round_time final_queue_mean "
         "min_selection_rate jain_index selected_per_round".split()
@@ -153,13 +154,15 @@ def write_figures(ds, summary, folder) -> None:
         )
     others = list(ds["config"].to_numpy()[policy != "rbcsf"])
     shown = list(rbcsf[:8]) + others[:6]
+    # Reduced on the device the cumulative time has its own band; else it is summed here.
+    reduced = "cumulative_time_band" in ds
     plots.plot_over_rounds(
         ds,
-        "round_time",
+        "cumulative_time" if reduced else "round_time",
         "cumulative training time (s)",
         folder / "cumulative_time.png",
         "Training time (paper Fig. 3)",
-        cumulative=True,
+        cumulative=not reduced,
         configs=shown,
     )
     plots.plot_pull_record(ds, folder / "pull_record.png", configs=shown)

@@ -1,0 +1,77 @@
+"""A persistent compilation cache for sweeps, keyed by jfl's source and JAX's version.
+
+A sweep's programs take seconds to compile (more on accelerators) and are the same from one run
+of a command to the next. ``enable`` points JAX's persistent compilation cache at a directory of
+the user's cache folder (``$JFL_CACHE_DIR``, else ``$XDG_CACHE_HOME/jfl``, else ``~/.cache/jfl``)
+named after the versions of jax and jaxlib and a hash of jfl's own source files. JAX's own key
+already covers the program, its compile options and the backend; the directory adds the code and
+the versions, so that no edit of jfl and no upgrade of JAX can ever load a program compiled
+before it (a new directory starts empty).
+
+Importing jfl changes nothing: the sweeps call ``enable`` (``--no-compilation-cache`` skips it),
+and only the first call in a process takes effect (JAX sets its cache up once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from importlib import metadata
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+_hits = {"count": 0}
+_listening = {"on": False}
+
+
+def source_hash(root: Path = _PACKAGE) -> str:
+    """sha256 (first 16 hex digits) of every ``.py`` file of the package, names and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    if os.environ.get("JFL_CACHE_DIR"):
+        return Path(os.environ["JFL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "jfl"
+
+
+def cache_dir(root: Path | None = None, code: str | None = None) -> Path:
+    """The cache directory for this jfl source (``code``: its hash) and this JAX."""
+    versions = "-".join(_version(name) for name in ("jax", "jaxlib"))
+    return (root or cache_root()) / f"xla-{versions}-{code or source_hash()}"
+
+
+def enable(directory: Path | None = None) -> Path:
+    """Use ``directory`` (default ``cache_dir()``) as JAX's persistent compilation cache."""
+    import jax
+    from jax import monitoring
+
+    directory = Path(directory or cache_dir())
+    directory.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    if not _listening["on"]:
+        monitoring.register_event_listener(_count_hit)
+        _listening["on"] = True
+    return directory
+
+
+def hits() -> int:
+    """Programs loaded from the cache in this process since ``enable``."""
+    return _hits["count"]
+
+
+def _count_hit(event: str, **_) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _hits["count"] += 1
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "none"

@@ -1,0 +1,143 @@
+"""What crosses to the host: per-run metrics and per-configuration bands over seeds.
+
+A sweep of 262,144 runs × 500 rounds records 2 GB of per-round values; its figures and summary
+need ~10 MB of them. ``make_reducer`` builds the function that the runner applies, on the device
+and inside the compiled sweep, to one configuration's seeds (``jfl.runner.make_batched_run``'s
+``reduce``):
+
+* **per-run metrics** ``[seed]``: the scalars that the summary averages over seeds
+  (``RUN_METRICS``: mean round time, queues, selection rates, Jain's index, …) and every scalar
+  output of the run (``last_unmet_round``, …);
+* **bands** ``<output>_band [stat, round | client | eval]``: the mean and the variance
+  (``ddof=1``) over seeds (``BAND_STATS``) of every per-round, per-client and per-evaluation
+  output, and of the ``CURVES`` (the cumulative round time, the pull record), which the figures
+  draw;
+* optionally the **per-run** values themselves (``keep``: ``--per-run-rounds``,
+  ``--trajectories``), which the sweep writes out chunk by chunk.
+
+Every sum goes through the elementwise reductions of ``jfl.kernels.reduce``, so a configuration's
+numbers do not depend on the batch, chunk, device or process it runs in. They are float32, as
+the runs are; ``jfl.results.run_metrics`` is the same arithmetic in float64 on the host, from
+per-run values, and the tests hold the two to float32 rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jfl.envs.base import CLIENT, EVAL, ROUND
+from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
+
+# A band ``<output>_band`` holds, along its ``stat`` dim, these statistics over seeds.
+BAND_STATS = ("mean", "var")
+STAT = "stat"
+
+
+class RunView(NamedTuple):
+    """One run's outputs as the metrics read them."""
+
+    outputs: Mapping[str, jax.Array]  # RunOutput.arrays() of one run
+    target: jax.Array  # f[N]  the guaranteed rate of every client (``queue_rate``)
+    num_rounds: int
+
+
+def _rates(run: RunView) -> jax.Array:
+    return run.outputs["selection_count"] / run.num_rounds
+
+
+def _jain(rates: jax.Array) -> jax.Array:
+    total, squares = pairwise_sum(rates), pairwise_sum(rates * rates)
+    denominator = rates.shape[-1] * squares
+    return jnp.where(denominator > 0, total * total / jnp.where(denominator > 0, denominator, 1), 1)
+
+
+# Per-run metrics (SPEC §4) as functions of one run; ``jfl.results.run_metrics`` is their
+# host reference from per-run values.
+RUN_METRICS: dict[str, Callable[[RunView], jax.Array]] = {
+    "mean_round_time": lambda r: pairwise_mean(r.outputs["round_time"]),
+    "total_time": lambda r: pairwise_sum(r.outputs["round_time"]),
+    "final_queue_mean": lambda r: pairwise_mean(r.outputs["final_queue"]),
+    "final_queue_max": lambda r: jnp.max(r.outputs["final_queue"]),
+    "min_selection_rate": lambda r: jnp.min(_rates(r)),
+    "max_rate_violation": lambda r: jnp.max(jnp.maximum(r.target - _rates(r), 0.0)),
+    "jain_index": lambda r: _jain(_rates(r)),
+    "selected_per_round": lambda r: pairwise_mean(r.outputs["num_selected"].astype(jnp.float32)),
+    # Whether every client meets its rate after T rounds (its mean over seeds: the fraction).
+    "target_met": lambda r: jnp.all(_rates(r) >= r.target).astype(jnp.float32),
+    # 1: met from the first round on; T + 1: not met at the end.
+    "rounds_to_target": lambda r: (r.outputs["last_unmet_round"] + 1).astype(jnp.float32),
+}
+
+# Per-run curves the figures band over seeds, beside the recorded outputs: name -> (dims, fn).
+CURVES: dict[str, tuple[tuple[str, ...], Callable[[RunView], jax.Array]]] = {
+    "cumulative_time": ((ROUND,), lambda r: doubling_cumsum(r.outputs["round_time"])),
+    # Selections per client sorted ascending within each run (RBCS-F Fig. 4's pull record).
+    "pull_record": ((CLIENT,), lambda r: jnp.sort(r.outputs["selection_count"])),
+}
+
+
+def seed_band(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mean and variance (``ddof=1``; NaN for one seed) over the leading seed axis, in float32
+    and in a fixed order of operations (two passes, pairwise sums)."""
+    x = jnp.moveaxis(jnp.asarray(samples, jnp.float32), 0, -1)
+    n = x.shape[-1]
+    mean = pairwise_sum(x) / n
+    deviation = x - mean[..., None]
+    if n < 2:
+        return mean, jnp.full_like(mean, jnp.nan)
+    return mean, pairwise_sum(deviation * deviation) / (n - 1)
+
+
+def band_dims(dims: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Dims of every band ``<name>_band`` (``stat`` first), given the run's output dims."""
+    banded = {name: d for name, d in dims.items() if len(d) == 1 and d[0] in (ROUND, CLIENT, EVAL)}
+    banded.update({name: d for name, (d, _) in CURVES.items()})
+    return {f"{name}_band": (STAT, *d) for name, d in banded.items()}
+
+
+def reduced_dims(
+    dims: Mapping[str, tuple[str, ...]], keep: tuple[str, ...] = ()
+) -> dict[str, tuple[str, ...]]:
+    """Dims after the leading config axis of everything ``make_reducer(dims, …)`` returns."""
+    scalars = [name for name, d in dims.items() if d == ()]
+    out = {name: ("seed",) for name in (*RUN_METRICS, *scalars)}
+    out.update(band_dims(dims))
+    out.update({name: ("seed", *dims[name]) for name in keep})
+    return out
+
+
+def make_reducer(dims: Mapping[str, tuple[str, ...]], num_rounds: int, keep: tuple[str, ...] = ()):
+    """``reduce(outputs, queue_rate) -> {name: array}`` for one configuration's seeds.
+
+    ``outputs`` are ``RunOutput.arrays()`` with a leading seed axis; ``queue_rate`` is the
+    configuration's guaranteed rate (a scalar or one per client). ``keep`` names outputs returned
+    per run as well. ``reduced_dims`` gives every returned name's dims.
+    """
+    unknown = [name for name in keep if name not in dims]
+    if unknown:
+        raise ValueError(f"cannot keep {unknown}: not among the run's outputs {sorted(dims)}")
+    scalars = [name for name, d in dims.items() if d == ()]
+    banded = [band.removesuffix("_band") for band in band_dims(dims)]
+
+    def per_run(outputs, target):
+        run = RunView(outputs, target, num_rounds)
+        metrics = {name: fn(run).astype(jnp.float32) for name, fn in RUN_METRICS.items()}
+        curves = {name: fn(run) for name, (_, fn) in CURVES.items()}
+        return metrics, curves
+
+    def reduce(outputs, queue_rate):
+        num_clients = outputs["selection_count"].shape[-1]
+        target = jnp.broadcast_to(jnp.asarray(queue_rate, jnp.float32), (num_clients,))
+        metrics, curves = jax.vmap(per_run, in_axes=(0, None))(dict(outputs), target)
+        reduced = {**metrics, **{name: outputs[name] for name in scalars}}
+        series = {**outputs, **curves}
+        for name in banded:
+            reduced[f"{name}_band"] = jnp.stack(seed_band(series[name]))  # [stat, ...]
+        reduced.update({name: outputs[name] for name in keep})
+        return reduced
+
+    return reduce
