@@ -6,6 +6,8 @@ Every function here works on one instance (no batch axis), is pure, and runs und
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,9 @@ from jfl.kernels.reduce import pairwise_sum
 # Below this pool size the exact P4 solver uses an O(N^2) elementwise formulation, which vectorises
 # far better inside a vmapped runner than the O(N log N) scan used for large pools.
 SMALL_POOL_MAX = 512
+
+# How divide_and_conquer builds its prefix top-m lists (see its docstring).
+SCHEDULES = ("auto", "sequential", "parallel")
 
 
 def selection_count(available: jax.Array, m) -> jax.Array:
@@ -64,7 +69,9 @@ def topk_mask(scores: jax.Array, available: jax.Array, k, priority=None) -> jax.
     return available & (rank < k)
 
 
-def divide_and_conquer(tau_bar, queue, available, m, V, priority=None) -> jax.Array:
+def divide_and_conquer(
+    tau_bar, queue, available, m, V, priority=None, *, schedule: str = "auto"
+) -> jax.Array:
     """Exact optimum of RBCS-F's per-round problem P4 (eq. 21).
 
     minimise ``V * max_{n in S} tau_bar_n - sum_{n in S} queue_n`` over ``S ⊆ available`` with
@@ -80,6 +87,18 @@ def divide_and_conquer(tau_bar, queue, available, m, V, priority=None) -> jax.Ar
     Objective ties go to the smaller prefix; queue ties to the client earlier in the ``tau_bar``
     order (ties in ``tau_bar`` to the lower ``priority``, by default the lower index).
 
+    ``schedule`` picks how the top-m lists of all N prefixes are built; every schedule yields the
+    same lists (only max/min of the same floats are taken), hence the same selection:
+
+    * ``"sequential"``: one ``lax.scan`` inserting a client per step, O(N m) work but N dependent
+      steps, each a few µs of launch overhead on a GPU (seconds at N = 10^6).
+    * ``"parallel"``: ``lax.associative_scan`` whose combine merges two descending top-M lists
+      (M = m rounded up to a power of two) with a bitonic merge: O(log N) depth, O(N M log M)
+      work.
+    * ``"auto"`` (default): sequential on CPU, where the scan's steps are cheap and the extra
+      work of the parallel form costs more, parallel elsewhere (GPU/TPU), decided by
+      ``lax.platform_dependent`` when the computation is lowered.
+
     Args:
       tau_bar: f[N] optimistic exchange-time estimates (eq. 19), no NaN.
       queue: f[N] virtual-queue backlogs Z (eq. 6).
@@ -88,10 +107,13 @@ def divide_and_conquer(tau_bar, queue, available, m, V, priority=None) -> jax.Ar
       V: penalty factor (≥ 0), possibly traced.
       priority: optional int[N] permutation of 0..N-1 breaking ties (RBCS-F passes a per-run
         random order: ties by index would favour the fast class, which has the low indices).
+      schedule: ``"auto"``, ``"sequential"`` or ``"parallel"`` (static; see above).
 
     Returns:
       bool[N] selection mask with exactly k entries set, all available.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     tau_bar = jnp.asarray(tau_bar)
     queue = jnp.asarray(queue, tau_bar.dtype)
     available = jnp.asarray(available, bool)
@@ -103,8 +125,8 @@ def divide_and_conquer(tau_bar, queue, available, m, V, priority=None) -> jax.Ar
         raise ValueError(f"m must be an integer >= 1, got {m}")
     k = selection_count(available, m)
     if tau_bar.shape[0] <= SMALL_POOL_MAX:
-        return _dnc_small(tau_bar, queue, available, k, m, V, priority)
-    return _dnc_large(tau_bar, queue, available, k, m, V, priority)
+        return _dnc_small(tau_bar, queue, available, k, m, V, priority, schedule)
+    return _dnc_large(tau_bar, queue, available, k, m, V, priority, schedule)
 
 
 def _insert_descending(buffer, value):
@@ -113,14 +135,27 @@ def _insert_descending(buffer, value):
     return jnp.maximum(buffer, jnp.minimum(above, value))
 
 
-def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
-    """P4 on clients listed by ascending tau_bar (available ones first): the chosen mask.
+def _bitonic_merge_desc(x):
+    """Sort a bitonic last axis (power-of-two length) descending; leading axes are a batch."""
+    size = x.shape[-1]
+    stride = size // 2
+    while stride >= 1:
+        # Half-cleaner: within blocks of 2·stride, position i meets i + stride.
+        pairs = x.reshape(*x.shape[:-1], size // (2 * stride), 2, stride)
+        first, second = pairs[..., 0, :], pairs[..., 1, :]
+        pairs = jnp.stack([jnp.maximum(first, second), jnp.minimum(first, second)], axis=-2)
+        x = pairs.reshape(*x.shape[:-1], size)
+        stride //= 2
+    return x
 
-    Objective ties go to the smaller prefix; queue ties to the earlier client in the order.
-    """
-    n = tau_sorted.shape[0]
-    position = jnp.arange(n, dtype=jnp.int32)
 
+def _merge_top_lists(earlier, later):
+    """Top-M of the union of two descending top-M lists, descending (batched leading axes)."""
+    # Descending vs ascending: the elementwise max is bitonic and holds the M largest of the union.
+    return _bitonic_merge_desc(jnp.maximum(earlier, later[..., ::-1]))
+
+
+def _prefix_top_lists_sequential(queue_sorted, m):
     def insert(buffer, value):
         buffer = _insert_descending(buffer, value)
         return buffer, buffer
@@ -128,7 +163,41 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
     # lax.scan keeps one top-m buffer live (O(N m) work); unrolled, XLA would also fuse the
     # producer of ``queue_sorted`` into every step.
     empty = jnp.full((m,), -jnp.inf, queue_sorted.dtype)
-    _, top_lists = lax.scan(insert, empty, queue_sorted)  # [N, m]: top-m queues of each prefix
+    _, top_lists = lax.scan(insert, empty, queue_sorted)
+    return top_lists
+
+
+def _prefix_top_lists_parallel(queue_sorted, m):
+    width = 1 << (m - 1).bit_length()  # the bitonic merge needs a power of two
+    singletons = jnp.full((queue_sorted.shape[0], width), -jnp.inf, queue_sorted.dtype)
+    singletons = singletons.at[:, 0].set(queue_sorted)
+    # Merging top lists is associative, so log2(N) rounds replace the scan's N dependent steps.
+    return lax.associative_scan(_merge_top_lists, singletons)[:, :m]
+
+
+def _prefix_top_lists(queue_sorted, m, schedule="auto"):
+    """[N, m]: the descending top-m values of every prefix of ``queue_sorted`` (-inf padded)."""
+    if schedule == "sequential":
+        return _prefix_top_lists_sequential(queue_sorted, m)
+    if schedule == "parallel":
+        return _prefix_top_lists_parallel(queue_sorted, m)
+    # Chosen at lowering, not from jax.default_backend() at trace time, so a program traced on
+    # one platform and compiled for another (AOT, export) still gets that platform's schedule.
+    return lax.platform_dependent(
+        queue_sorted,
+        cpu=functools.partial(_prefix_top_lists_sequential, m=m),
+        default=functools.partial(_prefix_top_lists_parallel, m=m),
+    )
+
+
+def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V, schedule="auto"):
+    """P4 on clients listed by ascending tau_bar (available ones first): the chosen mask.
+
+    Objective ties go to the smaller prefix; queue ties to the earlier client in the order.
+    """
+    n = tau_sorted.shape[0]
+    position = jnp.arange(n, dtype=jnp.int32)
+    top_lists = _prefix_top_lists(queue_sorted, m, schedule)  # [N, m]
 
     take = jnp.arange(m) < k
     top_sum = pairwise_sum(jnp.where(take, top_lists, 0), axis=-1)
@@ -149,21 +218,23 @@ def _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V):
     return (above | (tied & (tied_upto <= need))) & (k > 0)
 
 
-def _dnc_small(tau_bar, queue, available, k, m, V, priority=None):
+def _dnc_small(tau_bar, queue, available, k, m, V, priority=None, schedule="auto"):
     # Position of each client in the tau_bar order.
     rank = counting_rank(materialise(tau_bar), ~available, priority)
     both = jnp.stack([tau_bar, queue], axis=-1)
     # One scatter for both arrays: measurably faster than two, and than one-hot gathers.
     tau_sorted, queue_sorted = jnp.zeros_like(both).at[rank].set(both, unique_indices=True).T
     n_available = jnp.sum(available, dtype=jnp.int32)
-    chosen_sorted = _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V)
+    chosen_sorted = _best_in_sorted_order(tau_sorted, queue_sorted, n_available, k, m, V, schedule)
     return chosen_sorted[rank]
 
 
-def _dnc_large(tau_bar, queue, available, k, m, V, priority=None):
+def _dnc_large(tau_bar, queue, available, k, m, V, priority=None, schedule="auto"):
     order = sort_order(tau_bar, ~available, priority)
     n_available = jnp.sum(available, dtype=jnp.int32)
-    chosen_sorted = _best_in_sorted_order(tau_bar[order], queue[order], n_available, k, m, V)
+    chosen_sorted = _best_in_sorted_order(
+        tau_bar[order], queue[order], n_available, k, m, V, schedule
+    )
     return jnp.zeros(tau_bar.shape[0], bool).at[order].set(chosen_sorted, unique_indices=True)
 
 
