@@ -22,12 +22,15 @@ Prints, for the same machine and the same run:
      difference of an 8192- and a 1024-run sweep, RBCS-F only, 64 seeds) beside the bare
      runner's best batch throughput, and their ratio;
   8. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  9. ``divide_and_conquer``'s sequential and parallel schedules (section ``p4``) for
+     N = 10^4 … 10^7 (m = 8), one jitted instance each, and their ratio.
 No number here is asserted anywhere; README records a table from this script.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -50,7 +53,7 @@ from jfl.runner import make_batched_run, make_run, seed_keys
 
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
-SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment", "driver")
+SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment", "driver", "p4")
 N_HFL, M_HFL = 50, 3
 
 
@@ -272,6 +275,29 @@ def kernel_times(sizes, repeats: int = 5):
     return rows
 
 
+def p4_schedules(sizes, m: int = M, repeats: int = 3):
+    """``divide_and_conquer``'s two schedules on one instance per N (jitted, compile excluded):
+    prints N, sequential ms, parallel ms and their ratio; the masks must agree."""
+    rng = np.random.default_rng(0)
+    solve = jax.jit(divide_and_conquer, static_argnames=("m", "schedule"))
+    print(f"{'N':>12}{'sequential ms':>15}{'parallel ms':>13}{'seq / par':>11}")
+    for n in sizes:
+        args = (
+            jnp.asarray(rng.uniform(0, 20, n), jnp.float32),
+            jnp.asarray(rng.uniform(0, 30, n), jnp.float32),
+            jnp.asarray(rng.random(n) < 0.8),
+        )
+        ms, masks = {}, {}
+        for schedule in ("sequential", "parallel"):
+            run = functools.partial(solve, *args, m=m, V=10.0, schedule=schedule)
+            masks[schedule] = np.asarray(run())  # compile
+            ms[schedule] = best_time(run, repeats) * 1e3
+        if not np.array_equal(masks["sequential"], masks["parallel"]):
+            raise AssertionError(f"N={n}: the schedules selected different clients")
+        ratio = ms["sequential"] / ms["parallel"]
+        print(f"{n:>12,}{ms['sequential']:>15.3f}{ms['parallel']:>13.3f}{ratio:>11.2f}")
+
+
 def memory_run(num_configs: int, rounds: int, chunk: int) -> dict:
     """Peak RSS of a chunked grid in a fresh process (so earlier allocations do not count)."""
     code = f"""
@@ -397,6 +423,11 @@ def main(argv=None) -> int:
                 f"{ratios.mean():.3f}, worst {ratios.min():.3f}, optimal in "
                 f"{np.mean(ratios >= 1 - 1e-6):.0%}"
             )
+
+    if "p4" in sections:
+        sizes = (10**4, 10**5) if args.quick else (10**4, 10**5, 10**6, 10**7)
+        print(f"\n9. divide_and_conquer schedules (exact P4), m={M}, one instance, jitted")
+        p4_schedules(sizes)
 
     if args.memory:
         configs, chunk = 100_000, 4_096
