@@ -8,8 +8,10 @@ already covers the program, its compile options and the backend; the directory a
 the versions, so that no edit of jfl and no upgrade of JAX can ever load a program compiled
 before it (a new directory starts empty).
 
-Importing jfl changes nothing: the sweeps call ``enable`` (``--no-compilation-cache`` skips it),
-and only the first call in a process takes effect (JAX sets its cache up once).
+Importing jfl changes nothing: the sweeps call ``enable`` (``--no-compilation-cache`` skips it).
+A cache that JAX was already given (``JAX_COMPILATION_CACHE_DIR``, or the caller's
+``jax.config``) is left as it is, and JAX sets its cache up once per process, at the first
+compilation after a directory is set.
 """
 
 from __future__ import annotations
@@ -47,13 +49,18 @@ def cache_dir(root: Path | None = None, code: str | None = None) -> Path:
 
 
 def enable(directory: Path | None = None) -> Path:
-    """Use ``directory`` (default ``cache_dir()``) as JAX's persistent compilation cache."""
+    """Use ``directory`` (default ``cache_dir()``) as JAX's persistent compilation cache, unless
+    JAX already has one (``JAX_COMPILATION_CACHE_DIR``, the caller's own): that one is kept.
+    Returns the directory in use."""
     import jax
     from jax import monitoring
 
-    directory = Path(directory or cache_dir())
-    directory.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(directory))
+    if jax.config.jax_compilation_cache_dir:
+        directory = Path(jax.config.jax_compilation_cache_dir)
+    else:
+        directory = Path(directory or cache_dir())
+        directory.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(directory))
     if not _listening["on"]:
         monitoring.register_event_listener(_count_hit)
         _listening["on"] = True
