@@ -2,6 +2,7 @@
 
     python bench/bench_fedavg.py            # both models (a few minutes on a 2-core CPU)
     python bench/bench_fedavg.py --quick    # fewer rounds and repeats, for a smoke run
+    python bench/bench_fedavg.py --accelerator   # larger grids, on a GPU or TPU
 
 Prints, for the same machine and the same run, for multinomial logistic regression and the
 RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a CPU run):
@@ -11,7 +12,10 @@ RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a 
   2. a 64-configuration grid (RBCS-F selecting 8 of 40 clients on the ``rbcsf`` environment,
      FedAvg on the selected clients, one seed per configuration, each configuration with its own
      learning rate) as one vmapped program, against the 64 configurations run one after another
-     through the same program compiled for a single configuration.
+     through the same program compiled for a single configuration;
+  3. with --accelerator (instead of 1 and 2): the vmapped grid at 64, 512 and 4,096
+     configurations, in config-rounds per second, and ``sweeps/fl_rbcsf.py`` on its defaults as
+     a process.
 Timings are the best of several calls after a first (compiling) call. No number here is asserted
 anywhere; README records a table from this script.
 """
@@ -121,11 +125,70 @@ def grid_times(model_name: str, num_configs: int, rounds: int, repeats: int):
     return best_time(grid, repeats), best_time(one_after_another, repeats), compile_s
 
 
+def grid_rate(model_name: str, num_configs: int, rounds: int) -> tuple[float, float]:
+    """(config-rounds/s, compile seconds) of the vmapped grid alone, best of two calls."""
+    model, data, sample_shape = setup(model_name)
+    env = RbcsfEnv()
+    spec = get("rbcsf")
+    learner = make_learner(
+        model, sample_shape, NUM_CLIENTS, epochs=EPOCHS, batch_size=BATCH, slots=SELECTED
+    )
+    params = env.default_params(num_clients=NUM_CLIENTS)
+    run = make_run(env, params, spec.build(NUM_CLIENTS, SELECTED), rounds, learner=learner)
+    batched = make_batched_run(run, data)
+    keys = seed_keys(0, [0])
+    hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
+    hparams["learning_rate"] = np.linspace(0.05, 0.5, num_configs, dtype=np.float32)
+    queue_rate = np.full(num_configs, 0.15, np.float32)
+    start = time.perf_counter()
+    jax.block_until_ready(batched(keys, hparams, queue_rate))
+    compile_s = time.perf_counter() - start
+    seconds = best_time(lambda: batched(keys, hparams, queue_rate), 2)
+    return num_configs * rounds / seconds, compile_s
+
+
+def fl_rbcsf_process() -> tuple[float, float]:
+    """(process seconds, driver seconds) of ``sweeps/fl_rbcsf.py`` on its defaults."""
+    import json
+    import subprocess
+    import tempfile
+
+    script = Path(__file__).resolve().parents[1] / "sweeps" / "fl_rbcsf.py"
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        argv = [sys.executable, str(script), "--out", out, "--no-plots", "--quiet"]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        metadata = json.loads((Path(out) / "metadata.json").read_text())
+    return wall, metadata["wall_seconds"]
+
+
+def accelerator_section(quick: bool) -> None:
+    """Larger vmapped grids (for an accelerator) and the federated main sweep end to end."""
+    sizes = (64, 512) if quick else (64, 512, 4096)
+    print(f"\n3. vmapped grid on {jax.devices()[0].device_kind}: config-rounds per second")
+    print(f"{'model':<14}{'configs':>9}{'rounds':>8}{'config-rounds/s':>17}{'compile s':>11}")
+    for name in MODELS:
+        rounds = 1 if quick else GRID_ROUNDS[name]
+        for configs in sizes:
+            rate, compile_s = grid_rate(name, configs, rounds)
+            print(f"{name:<14}{configs:>9,}{rounds:>8}{rate:>17,.1f}{compile_s:>11.1f}")
+    wall, driver = fl_rbcsf_process()
+    print(f"sweeps/fl_rbcsf.py on its defaults: process {wall:.1f} s, driver {driver:.1f} s")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
     parser.add_argument("--configs", type=int, default=64, help="configurations in the grid")
+    parser.add_argument(
+        "--accelerator", action="store_true", help="only the larger grids (section 3)"
+    )
     args = parser.parse_args(argv)
+    if args.accelerator:
+        print(f"machine: {machine()}")
+        accelerator_section(args.quick)
+        return 0
     repeats = 2 if args.quick else 5
 
     print(f"machine: {machine()}")

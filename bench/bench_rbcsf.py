@@ -2,7 +2,8 @@
 
     python bench/bench_rbcsf.py            # full table (a few minutes on a 2-core CPU)
     python bench/bench_rbcsf.py --quick    # smaller batches, for a smoke run
-    python bench/bench_rbcsf.py --memory   # also the 10^5-configuration chunked-grid memory run
+    python bench/bench_rbcsf.py --memory   # also the peak memory of whole sweeps (minutes)
+    python bench/bench_rbcsf.py --sections accelerator,p4   # on a GPU or TPU
     python bench/bench_rbcsf.py --sections cs_ucb_q   # only the CS-UCB-Q table
 
 Prints, for the same machine and the same run:
@@ -21,7 +22,8 @@ Prints, for the same machine and the same run:
   7. the sweep driver's marginal throughput (``sweeps/v_beta_grid.py``'s ``jfl.driver.run``: the
      difference of an 8192- and a 1024-run sweep, RBCS-F only, 64 seeds) beside the bare
      runner's best batch throughput, and their ratio;
-  8. with --memory: peak resident memory of a 10^5-configuration × 500-round grid run in chunks.
+  8. with --memory: peak resident memory and bytes written of README's "Bigger grids" command
+     and of a 10^6-run sweep (16,384 configurations × 64 seeds × 500 rounds), as processes;
   9. ``divide_and_conquer``'s sequential and parallel schedules (section ``p4``) for
      N = 10^4 … 10^7 (m = 8), one jitted instance each, and their ratio.
 No number here is asserted anywhere; README records a table from this script.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -54,6 +57,8 @@ from jfl.runner import make_batched_run, make_run, seed_keys
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
 SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment", "driver", "p4")
+# Not in the default run: minutes of large batches, meant for an accelerator.
+OPTIONAL_SECTIONS = ("accelerator",)
 N_HFL, M_HFL = 50, 3
 
 
@@ -298,41 +303,118 @@ def p4_schedules(sizes, m: int = M, repeats: int = 3):
         print(f"{n:>12,}{ms['sequential']:>15.3f}{ms['parallel']:>13.3f}{ratio:>11.2f}")
 
 
-def memory_run(num_configs: int, rounds: int, chunk: int) -> dict:
-    """Peak RSS of a chunked grid in a fresh process (so earlier allocations do not count)."""
-    code = f"""
-import json, resource, time, numpy as np
-from jfl.envs import RbcsfEnv, WirelessEnv
-from jfl.envs.wireless import preset_params
-from jfl.sweep import config_table, run_policy_grid
-V = list(np.linspace(0, 50, {num_configs}))
-configs = config_table(["rbcsf"], {{"V": V}})
-env = RbcsfEnv()
-start = time.perf_counter()
-out = run_policy_grid(env, env.default_params(), configs, num_clients={N}, m={M},
-    num_rounds={rounds}, seeds=np.arange(1), chunk_size={chunk}, show_progress=False)
-wall = time.perf_counter() - start
-stored = sum(v.nbytes for v in out.values())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({{"wall_s": wall, "peak_rss_bytes": peak, "results_bytes": stored}}))
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def sweep_process(flags, out: str) -> dict:
+    """``sweeps/v_beta_grid.py`` with ``flags`` as its own process: wall seconds of the process
+    and of its driver phase (``metadata.json``), peak resident memory, bytes written."""
+    import resource
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweeps")
+    argv = [sys.executable, os.path.join(script, "v_beta_grid.py"), *flags, "--out", out]
+    argv += ["--no-plots", "--quiet", "--overwrite"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with open(os.path.join(out, "metadata.json")) as f:
+        metadata = json.load(f)
+    written = sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(out)
+        for name in names
+    )
+    return {
+        "process_s": wall,
+        "driver_s": metadata["wall_seconds"],
+        # ru_maxrss of the children is the largest child so far: only a new maximum is this one's.
+        "peak_rss_bytes": peak * 1024 if peak > before else None,
+        "written_bytes": written,
+        "cache_hits": metadata.get("compilation_cache", {}).get("hits"),
+    }
+
+
+def grid_flags(num_runs: int, seeds: int = 64) -> list[str]:
+    """RBCS-F over a square V × β grid of ``num_runs / seeds`` configurations."""
+    side = math.isqrt(num_runs // seeds)
+    return ["--V", f"0:50:{side}", "--beta", f"0:0.3:{side}", "--seeds", str(seeds)]
+
+
+def main_job_rows(sizes, rounds: int, bare: float | None) -> None:
+    """The main job end to end (as a process) at each number of runs, beside the bare runner."""
+    import tempfile
+
+    columns = ("runs", "process s", "driver s", "process rate", "driver rate", "driver/bare")
+    columns += ("peak GiB", "written MB")
+    widths = (10, 11, 10, 15, 14, 13, 10, 12)
+    print("".join(f"{h:>{w}}" for h, w in zip(columns, widths, strict=True)))
+    for runs in sizes:
+        with tempfile.TemporaryDirectory() as out:
+            flags = [*grid_flags(runs), "--policies", "rbcsf", "--rounds", str(rounds)]
+            r = sweep_process(flags, out)
+        process_rate = runs * rounds / r["process_s"]
+        driver_rate = runs * rounds / r["driver_s"]
+        share = f"{driver_rate / bare:.2f}" if bare else "-"
+        peak = f"{r['peak_rss_bytes'] / 2**30:.2f}" if r["peak_rss_bytes"] else "-"
+        print(
+            f"{runs:>10,}{r['process_s']:>11.1f}{r['driver_s']:>10.1f}{process_rate:>15,.0f}"
+            f"{driver_rate:>14,.0f}{share:>13}{peak:>10}{r['written_bytes'] / 1e6:>12.1f}"
+        )
+
+
+def accelerator_section(quick: bool, numpy_seeds: int) -> None:
+    """The issue-25 figures for an accelerator: the bare runner at large batches, the main job
+    end to end and its share of the bare runner, and plain NumPy on the same host."""
+    batches = (8_192,) if quick else (8_192, 65_536, 262_144)
+    print(f"\n10. accelerator: RBCS-F, N={N}, m={M}, T={T}, on {jax.devices()[0].device_kind}")
+    numpy_rate = numpy_throughput(numpy_seeds, T)
+    print(f"{'NumPy per-seed loop (host)':<32}{numpy_rate:>18,.0f} config-rounds/s")
+    rates = {}
+    for batch in batches:
+        rates[batch], compile_s = jfl_throughput(batch, T)
+        print(
+            f"{f'bare runner, batch {batch:,}':<32}{rates[batch]:>18,.0f} config-rounds/s"
+            f"   (× NumPy {rates[batch] / numpy_rate:,.0f}, compile {compile_s:.1f} s)"
+        )
+    bare = max(rates.values())
+    sizes = (65_536,) if quick else (65_536, 262_144, 1_048_576)
+    print("main job end to end (sweeps/v_beta_grid.py, RBCS-F, 64 seeds):")
+    main_job_rows(sizes, T, bare)
+
+
+def memory_section(quick: bool) -> None:
+    """Peak resident memory and bytes written of README's "Bigger grids" command and of a
+    10^6-run sweep, each in a fresh process."""
+    import tempfile
+
+    bigger = ["--V", "0:50:11", "--beta", "0:0.3:7", "--alpha", "0.05,0.1,0.2", "--seeds", "256"]
+    million = [*grid_flags(1_048_576), "--policies", "rbcsf"]
+    runs = {"README's bigger grid (231 configs × 256 seeds)": bigger}
+    if not quick:
+        runs["10^6 runs (16,384 configs × 64 seeds), RBCS-F"] = million
+    print(f"\n8. memory: whole sweeps as processes, T={T}")
+    for title, flags in runs.items():
+        with tempfile.TemporaryDirectory() as out:
+            r = sweep_process(flags, out)
+        peak = f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" if r["peak_rss_bytes"] else "-"
+        print(
+            f"{title}: process {r['process_s']:.0f} s (driver {r['driver_s']:.0f} s), "
+            f"peak RSS {peak}, written {r['written_bytes'] / 1e6:.1f} MB"
+        )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small batches and sizes")
-    parser.add_argument("--memory", action="store_true", help="run the 10^5-config grid")
+    parser.add_argument("--memory", action="store_true", help="peak memory of whole sweeps")
     parser.add_argument("--numpy-seeds", type=int, default=4, help="seeds timed for NumPy")
     parser.add_argument(
         "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
     )
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
+    unknown = sorted(set(sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS))
     if unknown:
-        parser.error(f"--sections: unknown {unknown}; choose from {SECTIONS}")
+        parser.error(f"--sections: unknown {unknown}; choose from {SECTIONS + OPTIONAL_SECTIONS}")
 
     # What every sweep does (jfl.driver): the same random bits, without JAX's rolled CPU loop.
     use_unrolled_threefry_on_cpu()
@@ -429,14 +511,11 @@ def main(argv=None) -> int:
         print(f"\n9. divide_and_conquer schedules (exact P4), m={M}, one instance, jitted")
         p4_schedules(sizes)
 
+    if "accelerator" in sections:
+        accelerator_section(args.quick, args.numpy_seeds)
+
     if args.memory:
-        configs, chunk = 100_000, 4_096
-        result = memory_run(configs, T, chunk)
-        print(f"\n7. memory: {configs:,} configurations × 1 seed × {T} rounds, chunk {chunk}")
-        print(
-            f"wall {result['wall_s']:.0f} s, peak RSS {result['peak_rss_bytes'] / 2**30:.2f} GiB, "
-            f"results {result['results_bytes'] / 2**30:.2f} GiB"
-        )
+        memory_section(args.quick)
     return 0
 
 

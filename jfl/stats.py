@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats as sps
+
+
+def _t_quantile(q, df):
+    from scipy import stats  # scipy.stats takes ~0.3 s to import: only where it is used
+
+    return stats.t.ppf(q, df=df)
 
 
 def mean_ci(samples, axis: int = 0, level: float = 0.95):
@@ -24,14 +29,14 @@ def mean_ci(samples, axis: int = 0, level: float = 0.95):
             nan = np.full_like(mean, np.nan)
             return mean, nan, nan
         sem = x.std(axis=axis, ddof=1) / np.sqrt(n)
-        half = sps.t.ppf(0.5 + level / 2, df=n - 1) * sem
+        half = _t_quantile(0.5 + level / 2, n - 1) * sem
         return mean, mean - half, mean + half
     n = present.sum(axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(n > 0, np.nansum(x, axis=axis) / np.maximum(n, 1), np.nan)
         deviation = np.where(present, x - np.expand_dims(mean, axis), 0.0)
         sem = np.sqrt((deviation**2).sum(axis=axis) / np.maximum(n - 1, 1) / np.maximum(n, 1))
-        half = np.where(n >= 2, sps.t.ppf(0.5 + level / 2, df=np.maximum(n - 1, 1)) * sem, np.nan)
+        half = np.where(n >= 2, _t_quantile(0.5 + level / 2, np.maximum(n - 1, 1)) * sem, np.nan)
     return mean, mean - half, mean + half
 
 
@@ -44,7 +49,7 @@ def stats_ci(mean, variance, n: int, level: float = 0.95):
     if n < 2:
         nan = np.full_like(mean, np.nan)
         return mean, nan, nan
-    half = sps.t.ppf(0.5 + level / 2, df=n - 1) * np.sqrt(np.asarray(variance, float) / n)
+    half = _t_quantile(0.5 + level / 2, n - 1) * np.sqrt(np.asarray(variance, float) / n)
     return mean, mean - half, mean + half
 
 
@@ -62,7 +67,9 @@ def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int =
         x + np.random.default_rng(seed).normal(scale=1e-12, size=x.shape),
         x,
     )
-    res = sps.bootstrap(
+    from scipy import stats
+
+    res = stats.bootstrap(
         (safe,),
         np.mean,
         axis=axis,

@@ -59,7 +59,6 @@ from typing import ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 from flax import struct
 
 from jfl.envs import channel
@@ -154,6 +153,12 @@ class ContextTable:
         return hash((self.context_dim, self.start, self.step, self.rate_unit))
 
 
+def _special():
+    import scipy.special  # imported where a scenario is drawn, not with jfl
+
+    return scipy.special
+
+
 def _log_expm1(x):
     """ln(e^x − 1) for x > 0, without overflow (NumPy or JAX arrays)."""
     xp = jnp if isinstance(x, jax.Array) else np
@@ -165,7 +170,7 @@ def _shadowing_nodes(sigma: float, count: int):
     if sigma == 0:
         return np.zeros(1), np.ones(1)
     edges = np.linspace(-TABLE_TAIL_SIGMAS, TABLE_TAIL_SIGMAS, count + 1)
-    mass = np.diff(scipy.special.ndtr(edges))
+    mass = np.diff(_special().ndtr(edges))
     return sigma * (edges[:-1] + edges[1:]) / 2, mass / mass.sum()
 
 
@@ -196,7 +201,7 @@ def _rate_table(bandwidth_range, distance_range, shadowing_std_db, channel_db, p
     # ln H(x), H(x) = E_G[μ e^{−μ x}]: the density of the download rate r, given b, is
     # ln 2 · 2^{r/b} · H(b (2^{r/b} − 1)) once the gain is integrated out.
     lx = np.linspace(-log_mu.max() - 10, -log_mu.min() + 10, TABLE_X_POINTS)
-    log_h = scipy.special.logsumexp(
+    log_h = _special().logsumexp(
         (log_mass + log_mu)[None, :] - np.exp(log_mu[None, :] + lx[:, None]), axis=1
     )
     mu_min = math.exp(log_mu.min())
@@ -217,11 +222,11 @@ def _rate_table(bandwidth_range, distance_range, shadowing_std_db, channel_db, p
     b = (b_lo + b_hi) / 2 + (b_hi - b_lo) / 2 * nodes
     log_u = _log_expm1(rate[:, None] * _LN2 / b)  # ln(2^{rate/b} − 1), [rate, b]
     base = np.log(weights) + rate[:, None] * _LN2 / b  # [rate, b]
-    log_den = scipy.special.logsumexp(base + interp_log_h(np.log(b) + log_u), axis=1)
+    log_den = _special().logsumexp(base + interp_log_h(np.log(b) + log_u), axis=1)
     log_p = np.empty((TABLE_RATE_POINTS, TABLE_RATE_POINTS))
     for i in range(TABLE_RATE_POINTS):  # row r: P(upload rate ≥ w | download rate r), all w
         log_x = np.log(b) + np.logaddexp(log_u[i], log_u)  # [w, b]
-        log_num = scipy.special.logsumexp(base[i] + interp_log_h(log_x), axis=1)
+        log_num = _special().logsumexp(base[i] + interp_log_h(log_x), axis=1)
         log_p[i] = np.minimum(log_num - log_den[i], 0.0)
     with np.errstate(divide="ignore"):
         logit = np.clip(log_p - np.log(-np.expm1(log_p)), -30.0, 30.0)
@@ -235,7 +240,7 @@ def _shadowing_table(shadowing_std_db):
     s, s_mass = _shadowing_nodes(shadowing_std_db, TABLE_SHADOWING_POINTS)
     log_eps = -s * _LN10 / 10
     lz = np.linspace(-log_eps.max() - 12, -log_eps.min() + 6, TABLE_Z_POINTS)
-    log_j = scipy.special.logsumexp(
+    log_j = _special().logsumexp(
         (np.log(s_mass) + log_eps)[None, :] - np.exp(log_eps[None, :] + lz[:, None]), axis=1
     )
     return log_j, float(lz[0]), float(lz[1] - lz[0]), 1.0

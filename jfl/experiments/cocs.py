@@ -10,15 +10,17 @@ names another) run on the same seeds (common random numbers).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-import xarray as xr
 
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
 from jfl.experiments.common import check_hparams, check_policies
+
+if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
+    import xarray as xr
 
 
 def attach_oracle(

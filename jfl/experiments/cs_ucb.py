@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
 from jfl.experiments.common import check_hparams, check_policies
+
+if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
+    import xarray as xr
 
 BENCHMARKS = ("best_set", "lp")
 BENCHMARK_NOTES = {
@@ -181,6 +183,8 @@ def to_dataset(outputs, configs: pd.DataFrame, seeds, **scenario) -> xr.Dataset:
 
 def _cumulative_regret(ds: xr.Dataset, reward: str) -> xr.DataArray:
     # float64 sums: over thousands of rounds float32 loses seconds of Θ.
+    import xarray as xr
+
     rounds = xr.DataArray(np.arange(1, ds.sizes["round"] + 1), dims="round")
     regret = rounds * ds["benchmark_reward"] - ds[reward].astype(np.float64).cumsum("round")
     return regret.transpose("config", "seed", "round")
