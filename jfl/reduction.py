@@ -15,10 +15,12 @@ and inside the compiled sweep, to one configuration's seeds (``jfl.runner.make_b
 * optionally the **per-run** values themselves (``keep``: ``--per-run-rounds``,
   ``--trajectories``), which the sweep writes out chunk by chunk.
 
-Every sum goes through the elementwise reductions of ``jfl.kernels.reduce``, so a configuration's
-numbers do not depend on the batch, chunk, device or process it runs in. They are float32, as
-the runs are; ``jfl.results.run_metrics`` is the same arithmetic in float64 on the host, from
-per-run values, and the tests hold the two to float32 rounding.
+Every sum goes through the elementwise reductions of ``jfl.kernels.reduce``, and the reducer is
+a program of its own that reads the runs' outputs on the device (fused into the runs' program,
+XLA:CPU computed some sums differently for other numbers of configurations), so a
+configuration's numbers do not depend on the batch, chunk, device or process it runs in. They
+are float32, as the runs are; ``jfl.results.run_metrics`` is the same arithmetic in float64 on
+the host, from per-run values, and the tests hold the two to float32 rounding.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jfl.envs.base import CLIENT, EVAL, ROUND
 from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
@@ -49,8 +52,15 @@ def _rates(run: RunView) -> jax.Array:
     return run.outputs["selection_count"] / run.num_rounds
 
 
+def _squares(x: jax.Array) -> jax.Array:
+    """x², materialised: fused into the sum that follows, XLA:CPU contracts some products and
+    additions into FMAs and not others, depending on the batch shape's vectorisation, which
+    would make a band's last bits depend on the chunk."""
+    return lax.optimization_barrier(x * x)
+
+
 def _jain(rates: jax.Array) -> jax.Array:
-    total, squares = pairwise_sum(rates), pairwise_sum(rates * rates)
+    total, squares = pairwise_sum(rates), pairwise_sum(_squares(rates))
     denominator = rates.shape[-1] * squares
     return jnp.where(denominator > 0, total * total / jnp.where(denominator > 0, denominator, 1), 1)
 
@@ -85,11 +95,13 @@ def seed_band(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
     and in a fixed order of operations (two passes, pairwise sums)."""
     x = jnp.moveaxis(jnp.asarray(samples, jnp.float32), 0, -1)
     n = x.shape[-1]
-    mean = pairwise_sum(x) / n
+    # Materialised, so that the deviations use the very mean returned (fused, XLA may fold the
+    # division into them as a multiplication or an FMA, differently for other batch shapes).
+    mean = lax.optimization_barrier(pairwise_sum(x) / n)
     deviation = x - mean[..., None]
     if n < 2:
         return mean, jnp.full_like(mean, jnp.nan)
-    return mean, pairwise_sum(deviation * deviation) / (n - 1)
+    return mean, pairwise_sum(_squares(deviation)) / (n - 1)
 
 
 def band_dims(dims: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

@@ -353,22 +353,28 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
 
     With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead the dict that
     ``reduce(outputs[S, ...], queue_rate)`` returns for each configuration, with a leading axis
-    ``[C]``: the reduction runs on the device, inside the same program, and only its (small)
-    outputs leave it.
+    ``[C]``: the reduction runs on the device, on the outputs the runs left there, and only its
+    (small) outputs leave it. It is a program of its own: fused into the runs' program, XLA
+    would compute some of its sums differently for different numbers of configurations.
     """
 
     def over_seeds(keys, hparams, queue_rate, data):
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
         seeded = {k: hparams[k] for k in seed_hparams}
-        outputs = jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
+        return jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
             keys, seeded
         )
-        if reduce is None:
-            return outputs
-        return reduce(outputs.arrays(), queue_rate)
 
     over_configs = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0, 0, None)))
-    return lambda keys, hparams, queue_rate: over_configs(keys, hparams, queue_rate, data)
+    if reduce is None:
+        return lambda keys, hparams, queue_rate: over_configs(keys, hparams, queue_rate, data)
+    reduce_configs = jax.jit(jax.vmap(reduce))
+
+    def run_and_reduce(keys, hparams, queue_rate):
+        outputs = over_configs(keys, hparams, queue_rate, data)
+        return reduce_configs(outputs.arrays(), queue_rate)
+
+    return run_and_reduce
 
 
 def seed_keys(base_seed: int, seeds) -> jax.Array:

@@ -194,6 +194,12 @@ class ChunkStore:
             np.savez(f, **arrays)
         os.replace(tmp, target)
 
+    def has_chunks(self, label: str) -> bool:
+        """Whether anything is stored under ``label`` (a finished chunk, or a stray file that
+        ``load`` will name)."""
+        folder = self.root / CHUNK_DIR / label
+        return folder.is_dir() and any(folder.iterdir())
+
     def per_run_path(self, label: str, index: int) -> Path:
         return self.root / CHUNK_DIR / label / f"per_run_{index:06d}"
 
@@ -381,24 +387,34 @@ def run_chunked(
         raise ValueError("a sweep over several processes needs a chunk store (--out)")
     stream = tuple(stream) if store is not None else ()
     bounds = chunk_bounds(num_configs, chunk_size, num_devices)
-    size = bounds[0][1] - bounds[0][0]
+    size = round_up(math.ceil(num_configs / len(bounds)), num_devices)  # computed, padding included
 
     def chunk_inputs(start, stop):
         rows = np.arange(start, start + size).clip(max=stop - 1)
         return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, jnp.asarray(queue_rate[rows])
 
-    # Shapes of one configuration's outputs, to validate stored chunks before computing anything.
-    shapes = jax.eval_shape(batched, keys, *chunk_inputs(*bounds[0]))
-    shapes = shapes if isinstance(shapes, Mapping) else shapes.arrays()
-    per_config = {k: v.shape[1:] for k, v in shapes.items()}
-    collected = [name for name in per_config if name not in stream]
+    # Shapes of one configuration's outputs: from the first chunk computed, or, to validate
+    # stored chunks before computing anything, from tracing the program (which costs as much as
+    # the call's own trace, so only when there is something stored to read).
+    shapes = {}
+
+    def per_config(arrays=None):
+        if not shapes:
+            if arrays is None:
+                arrays = jax.eval_shape(batched, keys, *chunk_inputs(*bounds[0]))
+                arrays = arrays if isinstance(arrays, Mapping) else arrays.arrays()
+            shapes.update({k: v.shape[1:] for k, v in arrays.items()})
+        return shapes
+
+    def collected():
+        return [name for name in per_config() if name not in stream]
 
     def expected(index, names):
         start, stop = bounds[index]
-        return {k: (stop - start, *per_config[k]) for k in names}
+        return {k: (stop - start, *per_config()[k]) for k in names}
 
     def load(index):
-        chunk = store.load(label, index, expected(index, collected))
+        chunk = store.load(label, index, expected(index, collected()))
         if (
             chunk is not None
             and stream
@@ -408,7 +424,7 @@ def run_chunked(
         return chunk
 
     results = {}
-    if store is not None:
+    if store is not None and store.has_chunks(label):
         for index in range(len(bounds)):
             chunk = load(index)
             if chunk is not None:
@@ -431,8 +447,8 @@ def run_chunked(
         start, stop = bounds[index]
         count = stop - start
         trim = (lambda x: x[:count]) if count < size else (lambda x: x)
-        host = {name: np.asarray(trim(arrays[name])) for name in per_config}
-        results[index] = {name: host[name] for name in collected}
+        host = {name: np.asarray(trim(arrays[name])) for name in per_config(arrays)}
+        results[index] = {name: host[name] for name in collected()}
         if store is not None:
             per_run = {name: host[name] for name in stream}
             writes.append(writer.submit(_save_chunk, store, label, index, results[index], per_run))
@@ -465,7 +481,7 @@ def run_chunked(
                         f"chunk {index} of {label} is missing after every process finished: is "
                         "--out on a filesystem that every process sees?"
                     )
-    return {k: np.concatenate([results[i][k] for i in range(len(bounds))]) for k in collected}
+    return {k: np.concatenate([results[i][k] for i in range(len(bounds))]) for k in collected()}
 
 
 def _save_chunk(store: ChunkStore, label: str, index: int, arrays, per_run) -> None:
