@@ -450,6 +450,8 @@ def run_chunked(
         host = {name: np.asarray(trim(arrays[name])) for name in per_config(arrays)}
         results[index] = {name: host[name] for name in collected()}
         if store is not None:
+            if len(writes) >= IN_FLIGHT:
+                writes[-IN_FLIGHT].result()  # the disk keeps up, or the host holds few chunks
             per_run = {name: host[name] for name in stream}
             writes.append(writer.submit(_save_chunk, store, label, index, results[index], per_run))
         if progress is not None:
