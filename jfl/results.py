@@ -220,9 +220,14 @@ def _append_per_run(path: Path, ds: xr.Dataset, per_run: PerRun) -> None:
             for dim, size in zip(names[1:], first.shape[1:], strict=True):
                 if dim not in f.dimensions:
                     f.dimensions[dim] = size
-            variable = f.create_variable(name, names, first.dtype)
+            # netCDF has no booleans: int8 with xarray's marker, read back as bool.
+            boolean = first.dtype == np.bool_
+            variable = f.create_variable(name, names, np.int8 if boolean else first.dtype)
+            if boolean:
+                variable.attrs["dtype"] = "bool"
             for label, index, start, stop in per_run.chunks:
-                variable[start:stop] = per_run.load(label, index, name)
+                values = per_run.load(label, index, name)
+                variable[start:stop] = values.astype(np.int8) if boolean else values
 
 
 def load_dataset(path) -> xr.Dataset:

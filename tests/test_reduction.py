@@ -223,6 +223,24 @@ def test_interrupted_per_run_rounds_sweep_resumes_to_the_same_file(
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def test_trajectories_are_kept_per_run_on_top_of_the_reductions(tmp_path):
+    """--trajectories stores every run's selections and queues (and no other per-round values
+    without --per-run-rounds), streamed into results.nc like them."""
+    flags = ["--policies", "random", "--trajectories", "--seeds", "2", "--rounds", "6"]
+    result = driver.run(parse(VBetaGrid, [*flags, "--quiet", "--no-plots", "--out", str(tmp_path)]))
+    ds = load_dataset(tmp_path / "results.nc")
+    assert ds["selected"].dims == ("config", "seed", "round", "client")
+    assert ds["selected"].shape == (1, 2, 6, 40) and "round_time" not in ds
+    counts = ds["selected"].sum("round").transpose("config", "seed", "client").to_numpy()
+    pull = np.sort(counts, axis=-1).astype(float)
+    np.testing.assert_allclose(ds["pull_record_band"].sel(stat="mean")[0], pull[0].mean(0))
+    assert json.loads((tmp_path / "metadata.json").read_text())["per_run_outputs"] == [
+        "selected",
+        "queue",
+    ]
+    assert result.summary["n_seeds"].tolist() == [2]
+
+
 def test_memory_budget_counts_the_chunks_in_flight():
     config = parse(VBetaGrid, [*TINY[:-4], "--memory-budget", "0.2", "--chunk-size", "auto"])
     plan = config.plan()
