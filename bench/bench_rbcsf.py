@@ -305,19 +305,32 @@ def p4_schedules(sizes, m: int = M, repeats: int = 3):
         print(f"{n:>12,}{ms['sequential']:>15.3f}{ms['parallel']:>13.3f}{ratio:>11.2f}")
 
 
+# Runs a script and prints its own peak resident memory at exit: VmHWM belongs to the process's
+# memory after exec, where a child's ru_maxrss also counts its parent's size at the fork.
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+def peak():
+    with open("/proc/self/status") as f:
+        kb = [line.split()[1] for line in f if line.startswith("VmHWM:")]
+    print("peak_rss_kb", *kb, file=sys.stderr)
+atexit.register(peak)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def sweep_process(flags, out: str) -> dict:
     """``sweeps/v_beta_grid.py`` with ``flags`` as its own process: wall seconds of the process
-    and of its driver phase (``metadata.json``), peak resident memory, bytes written."""
-    import resource
-
+    and of its driver phase (``metadata.json``), peak resident memory (Linux), bytes written."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweeps")
-    argv = [sys.executable, os.path.join(script, "v_beta_grid.py"), *flags, "--out", out]
-    argv += ["--no-plots", "--quiet", "--overwrite"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    argv = [sys.executable, "-c", PEAK_WRAPPER, os.path.join(script, "v_beta_grid.py")]
+    argv += [*flags, "--out", out, "--no-plots", "--quiet", "--overwrite"]
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    lines = done.stderr.decode().splitlines()
+    peaks = [line.split()[1:] for line in lines if line.startswith("peak_rss_kb")]
+    peak = int(peaks[-1][0]) if peaks and peaks[-1] else None
     with open(os.path.join(out, "metadata.json")) as f:
         metadata = json.load(f)
     written = sum(
@@ -328,8 +341,7 @@ def sweep_process(flags, out: str) -> dict:
     return {
         "process_s": wall,
         "driver_s": metadata["wall_seconds"],
-        # ru_maxrss of the children is the largest child so far: only a new maximum is this one's.
-        "peak_rss_bytes": peak * 1024 if peak > before else None,
+        "peak_rss_bytes": peak * 1024 if peak else None,
         "written_bytes": written,
         "cache_hits": metadata.get("compilation_cache", {}).get("hits"),
     }
