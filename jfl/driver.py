@@ -9,6 +9,12 @@ checks → plan → chunk size → output directory (new, reused or refused) →
 (:func:`jfl.sweep.run_policy_grid`) → labelled dataset → summary → ``summary.csv``,
 ``results.nc``, ``metadata.json`` and ``figures/``.
 
+An experiment whose metrics and figures need only per-run metrics and bands over seeds sets
+``reduces_on_device``: its chunks are then reduced on the device (``jfl.reduction``) and only
+those reductions cross to the host, with every run's values kept on request
+(``--per-run-rounds``, ``--trajectories``) and streamed into ``results.nc``. The others keep
+every run's outputs and compute their metrics on the host (``jfl.results.summarize``).
+
 Everything that can be wrong with the settings raises ``ValueError`` before anything compiles.
 """
 
