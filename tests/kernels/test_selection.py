@@ -387,17 +387,23 @@ def test_divide_and_conquer_schedules_identical_and_exact(path, m):
             np.testing.assert_array_equal(parallel[i], want, err_msg=str(i))
 
 
-def test_parallel_schedule_has_no_sequential_loop():
-    """The parallel schedule has no scan or while loop; auto defers the choice to lowering."""
+def test_parallel_schedule_has_no_sequential_loop(monkeypatch):
+    """The parallel schedule has no scan or while loop; auto traces the sequential one alone on a
+    CPU host and defers the choice to lowering on an accelerator host, where the CPU still gets
+    the sequential schedule's selections."""
+    args = (jnp.asarray([3.0, 1.0, 2.0, 0.0]), jnp.asarray([1.0, 4.0, 4.0, 2.0]), jnp.ones(4, bool))
 
     def primitives(schedule):
-        fn = functools.partial(divide_and_conquer, m=5, V=1.0, schedule=schedule)
-        args = (jnp.zeros(PAD_N), jnp.zeros(PAD_N), jnp.ones(PAD_N, bool))
+        fn = functools.partial(divide_and_conquer, m=3, V=1.0, schedule=schedule)
         return primitive_names(jax.make_jaxpr(fn)(*args).jaxpr)
 
     assert not primitives("parallel") & {"scan", "while"}
     assert "scan" in primitives("sequential")
+    assert primitives("auto") == primitives("sequential")  # the tests run on a CPU host
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert "platform_index" in primitives("auto")
+    auto = jax.jit(functools.partial(divide_and_conquer, m=3, V=1.0))(*args)
+    np.testing.assert_array_equal(auto, divide_and_conquer(*args, 3, 1.0, schedule="sequential"))
 
 
 def test_divide_and_conquer_rejects_bad_schedule():
