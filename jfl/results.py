@@ -206,11 +206,11 @@ def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None, per_run
         ds.attrs["metadata"] = json.dumps(metadata, default=str)
     ds.to_netcdf(tmp, engine="h5netcdf")
     if per_run is not None:
-        _append_per_run(tmp, ds, per_run)
+        _append_per_run(tmp, per_run)
     os.replace(tmp, path)
 
 
-def _append_per_run(path: Path, ds: xr.Dataset, per_run: PerRun) -> None:
+def _append_per_run(path: Path, per_run: PerRun) -> None:
     import h5netcdf
 
     with h5netcdf.File(path, "a") as f:

@@ -163,9 +163,14 @@ def chunk_bounds(num_configs: int, max_size: int, devices: int = 1) -> list[tupl
     """
     if num_configs < 1:
         return []
-    count = math.ceil(num_configs / max_size)
-    size = round_up(math.ceil(num_configs / count), devices)
+    size = balanced_chunk_size(num_configs, max_size, devices)
     return [(start, min(start + size, num_configs)) for start in range(0, num_configs, size)]
+
+
+def balanced_chunk_size(num_configs: int, max_size: int, devices: int = 1) -> int:
+    """The size every chunk of ``chunk_bounds`` is computed at (the last one padded to it)."""
+    count = math.ceil(num_configs / max_size)
+    return round_up(math.ceil(num_configs / count), devices)
 
 
 def round_up(x: int, multiple: int) -> int:
@@ -387,7 +392,7 @@ def run_chunked(
         raise ValueError("a sweep over several processes needs a chunk store (--out)")
     stream = tuple(stream) if store is not None else ()
     bounds = chunk_bounds(num_configs, chunk_size, num_devices)
-    size = round_up(math.ceil(num_configs / len(bounds)), num_devices)  # computed, padding included
+    size = balanced_chunk_size(num_configs, chunk_size, num_devices)
 
     def chunk_inputs(start, stop):
         rows = np.arange(start, start + size).clip(max=stop - 1)

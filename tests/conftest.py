@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 CACHE_SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
@@ -71,3 +73,21 @@ def pytest_collection_modifyitems(config, items):
         return rank.get(item.nodeid.split("::", 1)[0], len(rank))
 
     items.sort(key=start)  # stable: the other files keep their order
+
+
+@pytest.fixture
+def die_after_first_chunk(monkeypatch):
+    """An interrupted sweep: ``ChunkStore.save`` stores the first chunk, then raises
+    KeyboardInterrupt at the next; ``monkeypatch.undo()`` restores it."""
+    from jfl import sweep
+
+    save = sweep.ChunkStore.save
+    saved = []
+
+    def save_then_die(self, label, index, arrays):
+        if saved:
+            raise KeyboardInterrupt
+        save(self, label, index, arrays)
+        saved.append(index)
+
+    monkeypatch.setattr(sweep.ChunkStore, "save", save_then_die)

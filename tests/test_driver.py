@@ -142,20 +142,12 @@ def test_other_settings_are_refused_unless_overwrite(first, tmp_path):
     assert len(_chunks(out)) == 1
 
 
-def test_interrupted_sweep_completes_bit_identically(first, tmp_path, monkeypatch):
+def test_interrupted_sweep_completes_bit_identically(
+    first, tmp_path, monkeypatch, die_after_first_chunk
+):
     """A run that dies after its first chunk is completed by the same run again."""
-    save = sweep.ChunkStore.save
-    saved = []
-
-    def save_then_die(self, label, index, arrays):
-        if saved:
-            raise KeyboardInterrupt
-        save(self, label, index, arrays)
-        saved.append(index)
-
     out = tmp_path / "run"
     config = dataclasses.replace(first.config, out=str(out))
-    monkeypatch.setattr(sweep.ChunkStore, "save", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         driver.run(config)
     monkeypatch.undo()
