@@ -106,16 +106,15 @@ def grid_times(model_name: str, num_configs: int, rounds: int, repeats: int):
     # Every configuration differs (its own learning rate), so vmap cannot share any work.
     hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
     hparams["learning_rate"] = np.linspace(0.05, 0.5, num_configs, dtype=np.float32)
-    queue_rate = np.full(num_configs, 0.15, np.float32)
 
     def grid():
-        return batched(keys, hparams, queue_rate)
+        return batched(keys, hparams)
 
     def one_after_another():
         outputs = []
         for c in range(num_configs):
             row = {k: v[c : c + 1] for k, v in hparams.items()}
-            outputs.append(batched(keys, row, queue_rate[c : c + 1]))
+            outputs.append(batched(keys, row))
         return outputs
 
     start = time.perf_counter()
@@ -139,11 +138,10 @@ def grid_rate(model_name: str, num_configs: int, rounds: int) -> tuple[float, fl
     keys = seed_keys(0, [0])
     hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
     hparams["learning_rate"] = np.linspace(0.05, 0.5, num_configs, dtype=np.float32)
-    queue_rate = np.full(num_configs, 0.15, np.float32)
     start = time.perf_counter()
-    jax.block_until_ready(batched(keys, hparams, queue_rate))
+    jax.block_until_ready(batched(keys, hparams))
     compile_s = time.perf_counter() - start
-    seconds = best_time(lambda: batched(keys, hparams, queue_rate), 2)
+    seconds = best_time(lambda: batched(keys, hparams), 2)
     return num_configs * rounds / seconds, compile_s
 
 

@@ -53,6 +53,7 @@ from jfl.prng import use_unrolled_threefry_on_cpu
 from jfl.reference.numpy_rbcsf import p4_objective, p4_prefix_heap, rbcsf_numpy_loop
 from jfl.reference.numpy_wireless import wireless_numpy_loop
 from jfl.runner import make_batched_run, make_run, seed_keys
+from jfl.trackers import fairness_queue
 
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
@@ -103,14 +104,16 @@ def numpy_loop_rate(one_seed, num_seeds: int, rounds: int, repeats: int) -> floa
 def jfl_rate(env, params, policy, rounds, batch, hparams_for, seeds_per_config=64, repeats=2):
     """(config-rounds/s, compile+first-run seconds) of ``batch`` = configs × seeds runs.
 
-    ``hparams_for(configs)`` gives the per-configuration hyperparameters and the queue rate.
+    ``hparams_for(configs)`` gives the per-configuration hyperparameters and the name of the one
+    holding the policy's own fairness rate, if it has one (the run keeps that fairness queue).
     """
     seeds = min(seeds_per_config, batch)
     configs = batch // seeds
-    run = make_batched_run(make_run(env, params, policy, rounds))
-    hparams, queue_rate = hparams_for(configs)
+    hparams, rate = hparams_for(configs)
+    trackers = () if rate is None else (fairness_queue(rate),)
+    run = make_batched_run(make_run(env, params, policy, rounds, trackers=trackers))
     keys = seed_keys(0, np.arange(seeds))
-    first, best = timed_first_and_best(lambda: run(keys, hparams, queue_rate), repeats)
+    first, best = timed_first_and_best(lambda: run(keys, hparams), repeats)
     return configs * seeds * rounds / best, first
 
 
@@ -128,7 +131,7 @@ def jfl_throughput(batch: int, rounds: int):
     def hparams_for(configs):
         hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
         hparams["V"] = jnp.linspace(0.0, 50.0, configs, dtype=jnp.float32)
-        return hparams, hparams["beta"]
+        return hparams, "beta"
 
     env = RbcsfEnv()
     return jfl_rate(env, env.default_params(), spec.build(N, M), rounds, batch, hparams_for)
@@ -150,7 +153,7 @@ def jfl_wireless_throughput(batch: int, rounds: int):
     def hparams_for(configs):
         fairness = jnp.full((configs, K_WIRELESS), FAIRNESS_WIRELESS, jnp.float32)
         beta = jnp.geomspace(1e-5, 1.0, configs, dtype=jnp.float32)
-        return {"beta": beta, "fairness": fairness}, fairness
+        return {"beta": beta, "fairness": fairness}, "fairness"
 
     params = preset_params("ideal", num_clients=K_WIRELESS)
     policy = get("cs_ucb_q").build(K_WIRELESS, N_WIRELESS)
@@ -176,7 +179,7 @@ def jfl_cocs_throughput(batch: int, rounds: int):
             "h_T": jnp.full(configs, 5.0, jnp.float32),
             "z": jnp.linspace(0.1, 1.0, configs, dtype=jnp.float32),
         }
-        return hparams, jnp.zeros(configs, jnp.float32)
+        return hparams, None
 
     policy = get("cocs").build(N_HFL, M_HFL)
     return jfl_rate(HflEnv(), hfl_params("mnist"), policy, rounds, batch, hparams_for)
@@ -207,13 +210,15 @@ def chunked_throughput(num_configs: int, chunk_configs: int, rounds: int, seeds:
 
     env = RbcsfEnv()
     spec = get("rbcsf")
-    run = make_batched_run(make_run(env, env.default_params(), spec.build(N, M), rounds))
+    queue = (fairness_queue("beta"),)
+    policy = spec.build(N, M)
+    run = make_batched_run(make_run(env, env.default_params(), policy, rounds, trackers=queue))
     hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
     hparams["V"] = np.linspace(0.0, 50.0, num_configs, dtype=np.float32)
     keys = seed_keys(0, np.arange(seeds))
-    run_chunked(run, keys, hparams, hparams["beta"], chunk_configs)  # compile
+    run_chunked(run, keys, hparams, chunk_configs)  # compile
     start = time.perf_counter()
-    run_chunked(run, keys, hparams, hparams["beta"], chunk_configs)
+    run_chunked(run, keys, hparams, chunk_configs)
     return num_configs * seeds * rounds / (time.perf_counter() - start)
 
 

@@ -164,7 +164,7 @@ class Plan:
 
     env: Any
     env_params: Any
-    configs: pd.DataFrame  # one row per configuration: policy, labels, queue_rate
+    configs: pd.DataFrame  # one row per configuration: policy and labels
     selection_size: int | str  # an int, or the configs column holding it per row
     per_run_bytes: int  # memory of one (configuration, seed) run, for the chunk size
     per_config: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -174,6 +174,7 @@ class Plan:
     learner: Callable | None = None  # learner(policy, size) for federated runs
     data: Any = None
     eval_every: int | None = None
+    trackers: tuple = ()  # jfl.trackers kept in every run (their hparams: columns or per_config)
     finish: Callable | None = None  # ds -> ds: the experiment's variables, attributes
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -243,15 +244,19 @@ def chunk_size(config: Sweep, plan: Plan, stored: int | None = None) -> int:
     return size
 
 
-def per_run_outputs(config: Sweep, dims: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+def per_run_outputs(
+    config: Sweep, dims: Mapping[str, tuple[str, ...]], trackers: tuple = ()
+) -> tuple[str, ...]:
     """The outputs a reduced sweep keeps for every run: the per-round ones with
-    ``--per-run-rounds``, the trajectories with ``--trajectories``."""
+    ``--per-run-rounds``, the trajectories (the runner's and the trackers') with
+    ``--trajectories``."""
     from jfl.runner import TRAJECTORY_OUTPUTS
 
+    trajectories = {*TRAJECTORY_OUTPUTS, *(name for t in trackers for name in t.trajectories)}
     return tuple(
         name
         for name, d in dims.items()
-        if d and (config.per_run_rounds or (config.trajectories and name in TRAJECTORY_OUTPUTS))
+        if d and (config.per_run_rounds or (config.trajectories and name in trajectories))
     )
 
 
@@ -294,9 +299,14 @@ def run(config: Sweep) -> Result:
 
         cache = compilation_cache.enable()
 
-    dims = output_dims(plan.env, learner=plan.learner is not None, trajectories=config.trajectories)
+    dims = output_dims(
+        plan.env,
+        learner=plan.learner is not None,
+        trajectories=config.trajectories,
+        trackers=plan.trackers,
+    )
     reduced = type(config).reduces_on_device
-    keep = per_run_outputs(config, dims) if reduced else ()
+    keep = per_run_outputs(config, dims, plan.trackers) if reduced else ()
     seeds = np.arange(config.seeds)
     store = sweep.ChunkStore(out)
     start = time.perf_counter()
@@ -323,6 +333,7 @@ def run(config: Sweep) -> Result:
         layout=layout,
         reduce=reduced,
         keep=keep,
+        trackers=plan.trackers,
     )
     wall = time.perf_counter() - start
     untrained = int(np.max(outputs.get("untrained", 0)))
@@ -365,7 +376,8 @@ def _labelled(config: Sweep, plan: Plan, outputs, dims, seeds, keep):
             ds = plan.finish(ds)
         extra = config.metrics(ds)  # the experiment's own per-run metrics [config, seed]
         ds = ds.assign(extra)
-        summary = results.summary_table(ds, [*reduction.RUN_METRICS, *extra], method=config.ci)
+        metrics = [*reduction.run_metric_names(dims), *extra]
+        summary = results.summary_table(ds, metrics, method=config.ci)
         return ds, summary
     ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
     if plan.finish is not None:

@@ -6,8 +6,8 @@ and inside the compiled sweep, to one configuration's seeds (``jfl.runner.make_b
 ``reduce``):
 
 * **per-run metrics** ``[seed]``: the scalars that the summary averages over seeds
-  (``RUN_METRICS``: mean round time, queues, selection rates, Jain's index, …) and every scalar
-  output of the run (``last_unmet_round``, …);
+  (``RUN_METRICS``: mean round time, selection rates, Jain's index, the fairness queue's, …)
+  and every scalar output of the run (``last_unmet_round``, …);
 * **bands** ``<output>_band [stat, round | client | eval]``: the mean and the variance
   (``ddof=1``) over seeds (``BAND_STATS``) of every per-round, per-client and per-evaluation
   output, and of the ``CURVES`` (the cumulative round time, the pull record), which the figures
@@ -34,6 +34,7 @@ from jax import lax
 
 from jfl.envs.base import CLIENT, EVAL, ROUND
 from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
+from jfl.trackers import QUEUE_RATE
 
 # A band ``<output>_band`` holds, along its ``stat`` dim, these statistics over seeds.
 BAND_STATS = ("mean", "var")
@@ -44,12 +45,26 @@ class RunView(NamedTuple):
     """One run's outputs as the metrics read them."""
 
     outputs: Mapping[str, jax.Array]  # RunOutput.arrays() of one run
-    target: jax.Array  # f[N]  the guaranteed rate of every client (``queue_rate``)
+    hparams: Mapping[str, jax.Array]  # its configuration's hyperparameters
     num_rounds: int
+    rate: str  # the hyperparameter holding the fairness queue's rate
+
+
+class RunMetric(NamedTuple):
+    """A per-run metric: computed for the runs that record every output it ``reads``."""
+
+    reads: tuple[str, ...]
+    fn: Callable[[RunView], jax.Array]
 
 
 def _rates(run: RunView) -> jax.Array:
     return run.outputs["selection_count"] / run.num_rounds
+
+
+def _target(run: RunView) -> jax.Array:
+    """Every client's guaranteed rate: the fairness queue's (``jfl.trackers.fairness_queue``)."""
+    rates = _rates(run)
+    return jnp.broadcast_to(jnp.asarray(run.hparams[run.rate], jnp.float32), rates.shape)
 
 
 def _squares(x: jax.Array) -> jax.Array:
@@ -65,22 +80,36 @@ def _jain(rates: jax.Array) -> jax.Array:
     return jnp.where(denominator > 0, total * total / jnp.where(denominator > 0, denominator, 1), 1)
 
 
-# Per-run metrics (SPEC §4) as functions of one run; ``jfl.results.run_metrics`` is their
-# host reference from per-run values.
-RUN_METRICS: dict[str, Callable[[RunView], jax.Array]] = {
-    "mean_round_time": lambda r: pairwise_mean(r.outputs["round_time"]),
-    "total_time": lambda r: pairwise_sum(r.outputs["round_time"]),
-    "final_queue_mean": lambda r: pairwise_mean(r.outputs["final_queue"]),
-    "final_queue_max": lambda r: jnp.max(r.outputs["final_queue"]),
-    "min_selection_rate": lambda r: jnp.min(_rates(r)),
-    "max_rate_violation": lambda r: jnp.max(jnp.maximum(r.target - _rates(r), 0.0)),
-    "jain_index": lambda r: _jain(_rates(r)),
-    "selected_per_round": lambda r: pairwise_mean(r.outputs["num_selected"].astype(jnp.float32)),
+# Per-run metrics as functions of one run, in the summary's order; ``jfl.results.run_metrics``
+# is their host reference from per-run values. Those that read the fairness queue's outputs
+# (``jfl.trackers.fairness_queue``) measure against its rate.
+_QUEUE = ("final_queue", "last_unmet_round")
+RUN_METRICS: dict[str, RunMetric] = {
+    "mean_round_time": RunMetric((), lambda r: pairwise_mean(r.outputs["round_time"])),
+    "total_time": RunMetric((), lambda r: pairwise_sum(r.outputs["round_time"])),
+    "final_queue_mean": RunMetric(_QUEUE, lambda r: pairwise_mean(r.outputs["final_queue"])),
+    "final_queue_max": RunMetric(_QUEUE, lambda r: jnp.max(r.outputs["final_queue"])),
+    "min_selection_rate": RunMetric((), lambda r: jnp.min(_rates(r))),
+    "max_rate_violation": RunMetric(
+        _QUEUE, lambda r: jnp.max(jnp.maximum(_target(r) - _rates(r), 0.0))
+    ),
+    "jain_index": RunMetric((), lambda r: _jain(_rates(r))),
+    "selected_per_round": RunMetric(
+        (), lambda r: pairwise_mean(r.outputs["num_selected"].astype(jnp.float32))
+    ),
     # Whether every client meets its rate after T rounds (its mean over seeds: the fraction).
-    "target_met": lambda r: jnp.all(_rates(r) >= r.target).astype(jnp.float32),
+    "target_met": RunMetric(_QUEUE, lambda r: jnp.all(_rates(r) >= _target(r)).astype(jnp.float32)),
     # 1: met from the first round on; T + 1: not met at the end.
-    "rounds_to_target": lambda r: (r.outputs["last_unmet_round"] + 1).astype(jnp.float32),
+    "rounds_to_target": RunMetric(
+        _QUEUE, lambda r: (r.outputs["last_unmet_round"] + 1).astype(jnp.float32)
+    ),
 }
+
+
+def run_metric_names(dims: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """The ``RUN_METRICS`` a run with outputs ``dims`` has, in order."""
+    return [name for name, metric in RUN_METRICS.items() if set(metric.reads) <= set(dims)]
+
 
 # Per-run curves the figures band over seeds, beside the recorded outputs: name -> (dims, fn).
 CURVES: dict[str, tuple[tuple[str, ...], Callable[[RunView], jax.Array]]] = {
@@ -116,18 +145,24 @@ def reduced_dims(
 ) -> dict[str, tuple[str, ...]]:
     """Dims after the leading config axis of everything ``make_reducer(dims, …)`` returns."""
     scalars = [name for name, d in dims.items() if d == ()]
-    out = {name: ("seed",) for name in (*RUN_METRICS, *scalars)}
+    out = {name: ("seed",) for name in (*run_metric_names(dims), *scalars)}
     out.update(band_dims(dims))
     out.update({name: ("seed", *dims[name]) for name in keep})
     return out
 
 
-def make_reducer(dims: Mapping[str, tuple[str, ...]], num_rounds: int, keep: tuple[str, ...] = ()):
-    """``reduce(outputs, queue_rate) -> {name: array}`` for one configuration's seeds.
+def make_reducer(
+    dims: Mapping[str, tuple[str, ...]],
+    num_rounds: int,
+    keep: tuple[str, ...] = (),
+    rate: str = QUEUE_RATE,
+):
+    """``reduce(outputs, hparams) -> {name: array}`` for one configuration's seeds.
 
-    ``outputs`` are ``RunOutput.arrays()`` with a leading seed axis; ``queue_rate`` is the
-    configuration's guaranteed rate (a scalar or one per client). ``keep`` names outputs returned
-    per run as well. ``reduced_dims`` gives every returned name's dims.
+    ``outputs`` are ``RunOutput.arrays()`` with a leading seed axis; ``hparams`` are the
+    configuration's hyperparameters (those without a seed axis). ``keep`` names outputs returned
+    per run as well. ``rate`` names the hyperparameter that the fairness queue reads (its
+    ``fairness_queue(rate)``). ``reduced_dims`` gives every returned name's dims.
     """
     unknown = [name for name in keep if name not in dims]
     if unknown:
@@ -135,16 +170,16 @@ def make_reducer(dims: Mapping[str, tuple[str, ...]], num_rounds: int, keep: tup
     scalars = [name for name, d in dims.items() if d == ()]
     banded = [band.removesuffix("_band") for band in band_dims(dims)]
 
-    def per_run(outputs, target):
-        run = RunView(outputs, target, num_rounds)
-        metrics = {name: fn(run).astype(jnp.float32) for name, fn in RUN_METRICS.items()}
+    metric_names = run_metric_names(dims)
+
+    def per_run(outputs, hparams):
+        run = RunView(outputs, hparams, num_rounds, rate)
+        metrics = {name: RUN_METRICS[name].fn(run).astype(jnp.float32) for name in metric_names}
         curves = {name: fn(run) for name, (_, fn) in CURVES.items()}
         return metrics, curves
 
-    def reduce(outputs, queue_rate):
-        num_clients = outputs["selection_count"].shape[-1]
-        target = jnp.broadcast_to(jnp.asarray(queue_rate, jnp.float32), (num_clients,))
-        metrics, curves = jax.vmap(per_run, in_axes=(0, None))(dict(outputs), target)
+    def reduce(outputs, hparams):
+        metrics, curves = jax.vmap(per_run, in_axes=(0, None))(dict(outputs), dict(hparams))
         reduced = {**metrics, **{name: outputs[name] for name in scalars}}
         series = {**outputs, **curves}
         for name in banded:

@@ -342,7 +342,8 @@ def availability_lp(
       with ``P(e) = 0`` are dropped (they carry no constraint or reward);
     * ``Q(e)`` holds the ``S ⊆ e`` with ``|S| = min(N, |e|)`` exactly: the selection-size rule
       (10) that CS-UCB-Q follows, so ``r*`` benchmarks policies of the same kind;
-    * ``mu(S) = min_{k in S} mu_k`` as in the paper (SPEC §9), and ``mu(∅) = 0``: a round in
+    * ``mu(S) = min_{k in S} mu_k`` as in the paper (docs/decisions.md#cs-ucb-regret), and
+      ``mu(∅) = 0``: a round in
       which nobody is available earns nothing;
     * the LP is solved by HiGHS through ``scipy.optimize.linprog`` with sparse constraints, using
       the interior-point solver with crossover (``method="highs-ipm"``, which ends on a vertex):

@@ -19,20 +19,10 @@ import xarray as xr
 from jfl.envs import ENVIRONMENTS
 from jfl.runner import output_dims
 from jfl.stats import interval, jain_index
+from jfl.trackers import QUEUE_RATE, TRACKERS
 
-HEADLINE_METRICS = (
-    "mean_round_time",
-    "total_time",
-    "final_queue_mean",
-    "final_queue_max",
-    "min_selection_rate",
-    "max_rate_violation",
-    "jain_index",
-    "selected_per_round",
-)
-# Convergence to the guaranteed rates ``queue_rate``: β per configuration, or c per client.
-TARGET_METRICS = ("target_met", "rounds_to_target")
-# Federated training (SPEC §4): final test accuracy, and rounds and simulated wall-clock time to
+# Federated training (docs/metrics.md): final test accuracy, and rounds and simulated
+# wall-clock time to
 # the ``target_accuracy`` attribute (NaN for seeds that never reach it, so the mean and interval
 # are over the seeds that do; ``reached_accuracy`` is the fraction that do).
 ACCURACY_METRICS = (
@@ -55,13 +45,14 @@ def to_dataset(
     ``dims`` gives each output's dims after the ``leading`` ones (``jfl.runner.output_dims``;
     for a sweep reduced on the device, ``leading=("config",)`` and
     ``jfl.reduction.reduced_dims``); by default those of the runner's core, learner and
-    trajectory outputs and of the per-round metrics every environment in
-    ``jfl.envs.ENVIRONMENTS`` declares.
+    trajectory outputs, of every tracker in ``jfl.trackers.TRACKERS`` and of the per-round
+    metrics every environment in ``jfl.envs.ENVIRONMENTS`` declares.
     """
     if dims is None:
         dims = {}
+        trackers = tuple(tracker() for tracker in TRACKERS.values())
         for env_type in ENVIRONMENTS.values():
-            dims.update(output_dims(env_type(), learner=True, trajectories=True))
+            dims.update(output_dims(env_type(), learner=True, trajectories=True, trackers=trackers))
     seeds = np.asarray(seeds)
     data_vars, sizes = {}, {}
     for name, value in outputs.items():
@@ -102,36 +93,36 @@ def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
 
 
 def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
-    """Headline metrics of SPEC §4 for every (config, seed).
+    """The per-run metrics (``jfl.reduction.RUN_METRICS``, in float64) for every (config, seed).
 
-    The guaranteed rate is ``queue_rate``: a configuration coordinate (β, or the rate measured
-    for policies without one) or a per-client variable [config, client] (CS-UCB-Q's c).
-    ``extra(ds) -> {name: DataArray}`` adds an experiment's own metrics (regret, utility, …)
-    after these.
+    With the fairness queue's outputs (``jfl.trackers.fairness_queue``), the rate metrics are
+    measured against its rate ``queue_rate``: a configuration coordinate or a per-client variable
+    [config, client]. ``extra(ds) -> {name: DataArray}`` adds an experiment's own metrics
+    (regret, utility, …) after these.
     """
+    from jfl.reduction import run_metric_names
+
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
-    target = ds["queue_rate"] if "queue_rate" in ds else xr.zeros_like(rate)
     metrics = {}
     if "accuracy" in ds:
         metrics.update(accuracy_metrics(ds))
-    metrics.update(
-        {
-            "mean_round_time": ds["round_time"].mean("round"),
-            "total_time": ds["round_time"].sum("round"),
-            "final_queue_mean": ds["final_queue"].mean("client"),
-            "final_queue_max": ds["final_queue"].max("client"),
-            "min_selection_rate": rate.min("client"),
-            "max_rate_violation": np.maximum(target - rate, 0.0).max("client"),
-            "jain_index": xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
-            "selected_per_round": ds["num_selected"].mean("round"),
-            # Fraction of seeds (once averaged) whose every client meets its rate after T rounds.
-            "target_met": (rate >= target).all("client").astype(float),
-        }
-    )
-    if "last_unmet_round" in ds:
+    values = {
+        "mean_round_time": lambda: ds["round_time"].mean("round"),
+        "total_time": lambda: ds["round_time"].sum("round"),
+        "final_queue_mean": lambda: ds["final_queue"].mean("client"),
+        "final_queue_max": lambda: ds["final_queue"].max("client"),
+        "min_selection_rate": lambda: rate.min("client"),
+        "max_rate_violation": lambda: np.maximum(ds[QUEUE_RATE] - rate, 0.0).max("client"),
+        "jain_index": lambda: xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
+        "selected_per_round": lambda: ds["num_selected"].mean("round"),
+        # Fraction of seeds (once averaged) whose every client meets its rate after T rounds.
+        "target_met": lambda: (rate >= ds[QUEUE_RATE]).all("client").astype(float),
         # 1: met from the first round on; T + 1: not met at the end.
-        metrics["rounds_to_target"] = (ds["last_unmet_round"] + 1).astype(float)
+        "rounds_to_target": lambda: (ds["last_unmet_round"] + 1).astype(float),
+    }
+    for name in run_metric_names(ds.data_vars):
+        metrics[name] = values[name]()
     if extra is not None:
         metrics.update(extra(ds))
     return xr.Dataset(metrics)

@@ -1,21 +1,23 @@
 """The vectorised runner: ``lax.scan`` over rounds, ``vmap`` over seeds and configurations.
 
 ``make_run(env, env_params, policy, num_rounds)`` does the Python-side setup once and returns a pure
-``run(key, hparams, queue_rate) -> RunOutput`` for one configuration and one seed (purejaxrl
-style). ``make_batched_run`` vmaps it over seeds (inner) and configurations (outer) under one
-``jit``; every hyperparameter is traced, so a whole grid shares one compiled program per shape.
+``run(key, hparams) -> RunOutput`` for one configuration and one seed (purejaxrl style).
+``make_batched_run`` vmaps it over seeds (inner) and configurations (outer) under one ``jit``;
+every hyperparameter is traced, so a whole grid shares one compiled program per shape.
 
 Outputs are sized for large grids: per-round scalars and per-client totals. Full per-client
 trajectories are recorded only when asked (``trajectories=True``). ``RunOutput`` holds the core
 outputs (``CORE_OUTPUTS``) as fields and everything declared elsewhere (the environment's
-``round_metrics``, ``LEARNER_OUTPUTS``, ``TRAJECTORY_OUTPUTS``) in ``extras``; ``output_dims``
-gives the dims of every output a run returns.
+``round_metrics``, the trackers' outputs (``jfl.trackers``), ``LEARNER_OUTPUTS``,
+``TRAJECTORY_OUTPUTS``) in ``extras``; ``output_dims`` gives the dims of every output a run
+returns.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import chex
@@ -25,22 +27,15 @@ import numpy as np
 
 from jfl.envs import ENVIRONMENTS
 from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
-from jfl.kernels import virtual_queue_update
-from jfl.kernels.reduce import pairwise_mean
 from jfl.policies.base import LearnerObservation, Policy, check_signals
+from jfl.trackers import TRACKERS, Tracker
 
 # Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc). The
 # environment declares its own per-round metrics (``Environment.round_metrics``).
 CORE_OUTPUTS = {
     "round_time": Metric((ROUND,), "max realised time over the selected clients (eq. 1)"),
     "num_selected": Metric((ROUND,), "|S_t|, the number of selected clients"),
-    "queue_mean": Metric((ROUND,), "mean over clients of the fairness queue Z after round t"),
-    "queue_max": Metric((ROUND,), "max over clients of Z after round t"),
     "selection_count": Metric((CLIENT,), "pull record: selections of each client in T rounds"),
-    "final_queue": Metric((CLIENT,), "Z after round T"),
-    "last_unmet_round": Metric(
-        (), "last round with count_n(t) < t·rate_n for some client n (0: none)"
-    ),
 }
 # With a federated learner (``make_run(..., learner=...)``).
 LEARNER_OUTPUTS = {
@@ -51,32 +46,25 @@ LEARNER_OUTPUTS = {
     "untrained": Metric((), "selections beyond the learner's slots (should be 0)"),
 }
 # With ``trajectories=True``.
-TRAJECTORY_OUTPUTS = {
-    "selected": Metric((ROUND, CLIENT), "the selection S_t as a mask"),
-    "queue": Metric((ROUND, CLIENT), "the fairness queue Z after round t"),
-}
+TRAJECTORY_OUTPUTS = {"selected": Metric((ROUND, CLIENT), "the selection S_t as a mask")}
 
 
 class _RunOutputFields(NamedTuple):
     round_time: jax.Array  # f[T]
     num_selected: jax.Array  # i[T]
-    queue_mean: jax.Array  # f[T]
-    queue_max: jax.Array  # f[T]
     selection_count: jax.Array  # i[N]
-    final_queue: jax.Array  # f[N]
-    last_unmet_round: jax.Array  # i[]
     extras: dict[str, jax.Array]  # everything else the run records (see ``output_dims``)
 
 
 class RunOutput(_RunOutputFields):
     """What ``run`` returns: the core outputs (``CORE_OUTPUTS``) and a dict of ``extras``.
 
-    ``extras`` holds the environment's declared ``round_metrics``, the learner's outputs and the
-    trajectories, as this run records them; ``output_dims`` gives every name's dims. Extras read
-    as attributes too (``out.set_reward``); ``arrays()`` (also ``_asdict()``) is the flat dict
-    of all outputs. An output that only other runs record (another environment's metric, the
-    learner's outputs without a learner, trajectories without ``trajectories=True``) reads as
-    None, an unknown name raises AttributeError.
+    ``extras`` holds the environment's declared ``round_metrics``, the trackers' outputs, the
+    learner's outputs and the trajectories, as this run records them; ``output_dims`` gives every
+    name's dims. Extras read as attributes too (``out.set_reward``); ``arrays()`` is the flat dict
+    of all outputs. An output that only other runs record (another environment's metric, a tracker's
+    output without the tracker, the learner's outputs without a learner, trajectories without
+    ``trajectories=True``) reads as None, an unknown name raises AttributeError.
     """
 
     __slots__ = ()
@@ -94,30 +82,33 @@ class RunOutput(_RunOutputFields):
         core = {name: getattr(self, name) for name in CORE_OUTPUTS}
         return {**core, **self.extras}
 
-    # Code written for the flat output tuple iterates ``_asdict()``.
-    _asdict = arrays
-
 
 def _optional_outputs() -> set[str]:
     names = {*LEARNER_OUTPUTS, *TRAJECTORY_OUTPUTS}
     for env_type in ENVIRONMENTS.values():
         names.update(env_type.round_metrics)
+    for tracker in TRACKERS.values():
+        names.update({**tracker().outputs, **tracker().trajectories})
     return names
 
 
 def output_dims(
-    env: Environment, *, learner: bool = False, trajectories: bool = False
+    env: Environment,
+    *,
+    learner: bool = False,
+    trajectories: bool = False,
+    trackers: tuple[Tracker, ...] = (),
 ) -> dict[str, tuple[str, ...]]:
     """Dims (after the leading [config, seed] axes) of every output ``run`` returns.
 
     Each is a tuple of "round", "client" and "eval" (the evaluations of a federated run), or
     () for one value per run; in the order of ``RunOutput.arrays()``.
     """
-    tables = [CORE_OUTPUTS, env.round_metrics]
+    tables = [CORE_OUTPUTS, *(t.outputs for t in trackers), env.round_metrics]
     if learner:
         tables.append(LEARNER_OUTPUTS)
     if trajectories:
-        tables.append(TRAJECTORY_OUTPUTS)
+        tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
     dims = {}
     for table in tables:
         for name, metric in table.items():
@@ -141,9 +132,8 @@ class Carry(NamedTuple):
     obs: Any  # this round's observation
     env_state: Any
     policy_state: Any
-    queue: jax.Array  # f[N]  fairness queue Z
     count: jax.Array  # i[N]  selections so far
-    last_unmet: jax.Array  # i[]  last round with an unmet rate
+    tracked: tuple  # each tracker's state
     training: Training | None  # None without a learner
 
 
@@ -166,25 +156,22 @@ def make_run(
     env_hparams: tuple[str, ...] = (),
     learner=None,
     eval_every: int | None = None,
+    trackers: tuple[Tracker, ...] = (),
 ):
-    """Pure single-configuration, single-seed run.
+    """Pure single-configuration, single-seed run: ``run(key, hparams[, data]) -> RunOutput``.
 
-    ``last_unmet_round`` measures convergence to the guaranteed rates: from the round after it
-    on, every client's running selection fraction is at least its ``queue_rate``.
-
-    The fairness queue in the outputs follows eq. 6 with rate ``queue_rate`` (a scalar or one rate
-    per client) for every policy (for RBCS-F with ``queue_rate = β`` and CS-UCB-Q with
-    ``queue_rate = c`` it is the policy's own queue), so that baselines are measured on the same
-    scale. ``env_hparams`` names fields of ``env_params`` that are taken from ``hparams`` instead,
-    so that they are traced per configuration (e.g. the wireless ``availability``). The
-    environment's declared ``round_metrics`` are recorded every round (``output_dims`` lists
-    every output and its dims).
+    ``trackers`` (``jfl.trackers``, e.g. the fairness queue) keep their own state over the rounds,
+    updated after every selection, and record their declared outputs; the hyperparameters they read
+    are in ``hparams`` beside the policy's. ``env_hparams`` names fields of ``env_params`` that are
+    taken from ``hparams`` instead, so that they are traced per configuration (e.g. the wireless
+    ``availability``). The environment's declared ``round_metrics`` are recorded every round
+    (``output_dims`` lists every output and its dims).
 
     With a ``learner`` (``jfl.fl.make_learner``) the run also trains a model: each round the
     selected clients train, the models the environment ``delivered`` are aggregated, and the
     simulated wall-clock advances by the round time; the test accuracy is evaluated at round 0
     and every ``eval_every`` rounds (default: only at the end; it must divide ``num_rounds``).
-    ``run`` then takes the ``jfl.fl.FederatedData`` as its fourth argument. A policy that reads
+    ``run`` then takes the ``jfl.fl.FederatedData`` as its third argument. A policy that reads
     learner signals (``Policy.signals``, e.g. each client's local accuracy) gets them, computed
     from the learner's model before each selection, in a ``LearnerObservation``; other policies
     get the environment's observation and cost no evaluation. Such a policy without a learner
@@ -211,13 +198,13 @@ def make_run(
             )
     signals = tuple(getattr(policy, "signals", ()))
     check_signals(signals, learner)
-    extra_names = [
-        name
-        for name in output_dims(env, learner=learner is not None, trajectories=trajectories)
-        if name not in CORE_OUTPUTS
-    ]
+    trackers = tuple(trackers)
+    dims = output_dims(
+        env, learner=learner is not None, trajectories=trajectories, trackers=trackers
+    )
+    extra_names = [name for name in dims if name not in CORE_OUTPUTS]
 
-    def run(key, hparams, queue_rate, data=None) -> RunOutput:
+    def run(key, hparams, data=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)
         params = env_params
         if env_hparams:
@@ -225,10 +212,8 @@ def make_run(
         obs, env_state = env.reset(k_reset, params)
         policy_state = policy.init(k_init, hparams)
         num_clients = obs.available.shape[0]
-        queue = jnp.zeros(num_clients, jnp.result_type(float))
         count = jnp.zeros(num_clients, jnp.int32)
-        last_unmet = jnp.asarray(0, jnp.int32)
-        target = jnp.broadcast_to(queue_rate, (num_clients,))
+        tracked = tuple(tracker.init(num_clients, hparams) for tracker in trackers)
         # Shape-only checks, at trace time.
         chex.assert_rank(obs.available, {1, 2})
         training = None
@@ -241,7 +226,7 @@ def make_run(
             )
 
         def one_round(carry: Carry, xs):
-            obs, env_state, policy_state, queue, count, last_unmet, training = carry
+            obs, env_state, policy_state, count, tracked, training = carry
             k_select, k_step, t, *k_train_t = xs
             seen = obs
             if signals:
@@ -254,19 +239,17 @@ def make_run(
             policy_state = policy.update(policy_state, seen, action, feedback, hparams)
             # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
             selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
-            queue = virtual_queue_update(queue, queue_rate, selected)
             count = count + selected
-            # Integer count against rate·t, elementwise (batch-shape independent, unlike a running
-            # mean). The relative slack absorbs float32 rounding of the rate: float32(0.6)·50
-            # exceeds 30, which would count 30 selections in 50 rounds as unmet.
-            unmet = jnp.any(count < target * t * (1.0 - 1e-6))
-            last_unmet = jnp.where(unmet, t, last_unmet)
+            tracked = tuple(
+                tracker.update(state, selected, t, hparams)
+                for tracker, state in zip(trackers, tracked, strict=True)
+            )
             per_round = {
                 "round_time": feedback.round_time,
                 "num_selected": jnp.sum(selected, dtype=jnp.int32),
-                "queue_mean": pairwise_mean(queue),
-                "queue_max": jnp.max(queue),
             }
+            for tracker, state in zip(trackers, tracked, strict=True):
+                per_round.update(tracker.record(state))
             per_round.update(_round_metrics(env, feedback, num_clients))
             if training is not None:
                 delivered = env.delivered(action, feedback)
@@ -282,11 +265,12 @@ def make_run(
                 per_round["num_delivered"] = learned["num_delivered"]
             if trajectories:
                 per_round["selected"] = selected
-                per_round["queue"] = queue
-            carry = Carry(next_obs, env_state, policy_state, queue, count, last_unmet, training)
+                for tracker, state in zip(trackers, tracked, strict=True):
+                    per_round.update(tracker.trace(state))
+            carry = Carry(next_obs, env_state, policy_state, count, tracked, training)
             return carry, per_round
 
-        carry = Carry(obs, env_state, policy_state, queue, count, last_unmet, training)
+        carry = Carry(obs, env_state, policy_state, count, tracked, training)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
         keys = jax.random.split(k_rounds, (num_rounds, 2))
         rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
@@ -312,14 +296,12 @@ def make_run(
             )
             evaluation["untrained"] = carry.training.untrained
         recorded = {**per_round, **evaluation}
+        for tracker, state in zip(trackers, carry.tracked, strict=True):
+            recorded.update(tracker.final(state))
         return RunOutput(
             round_time=recorded["round_time"],
             num_selected=recorded["num_selected"],
-            queue_mean=recorded["queue_mean"],
-            queue_max=recorded["queue_max"],
             selection_count=carry.count,
-            final_queue=carry.queue,
-            last_unmet_round=carry.last_unmet,
             # An OrderedDict keeps the declared order through jit (a dict's keys come back sorted).
             extras=collections.OrderedDict((name, recorded[name]) for name in extra_names),
         )
@@ -345,36 +327,56 @@ def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, ja
 def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=None):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
-    Signature of the result: ``(keys[S], hparams{name: [C]}, queue_rate[C]) -> RunOutput`` with
-    leading axes ``[C, S]``. ``data`` (federated runs) is shared by every run and passed to the
-    compiled program as an argument. The hyperparameters named in ``seed_hparams`` have a seed
-    axis after the configuration axis (``[C, S, ...]``): each run reads its own seed's row, for
-    values that depend on the seed, such as the mean rewards of the seed's client layout.
+    Signature of the result: ``(keys[S], hparams{name: [C]}, num_configs=None) -> RunOutput`` with
+    leading axes ``[C, S]`` (``num_configs`` is C, needed only when ``hparams`` is empty). ``data``
+    (federated runs) is shared by every run and passed to the compiled program as an argument. The
+    hyperparameters named in ``seed_hparams`` have a seed axis after the configuration axis (``[C,
+    S, ...]``): each run reads its own seed's row, for values that depend on the seed, such as the
+    mean rewards of the seed's client layout.
 
     With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead the dict that
-    ``reduce(outputs[S, ...], queue_rate)`` returns for each configuration, with a leading axis
+    ``reduce(outputs[S, ...], hparams)`` returns for each configuration, with a leading axis
     ``[C]``: the reduction runs on the device, on the outputs the runs left there, and only its
     (small) outputs leave it. It is a program of its own: fused into the runs' program, XLA
     would compute some of its sums differently for different numbers of configurations.
     """
 
-    def over_seeds(keys, hparams, queue_rate, data):
+    def over_seeds(keys, hparams, data):
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
         seeded = {k: hparams[k] for k in seed_hparams}
-        return jax.vmap(lambda key, own: run(key, {**shared, **own}, queue_rate, data))(
-            keys, seeded
-        )
+        return jax.vmap(lambda key, own: run(key, {**shared, **own}, data))(keys, seeded)
 
-    over_configs = jax.jit(jax.vmap(over_seeds, in_axes=(None, 0, 0, None)))
+    @functools.partial(jax.jit, static_argnums=3)
+    def over_configs(keys, hparams, data, num_configs):
+        over = jax.vmap(over_seeds, in_axes=(None, 0, None), axis_size=num_configs)
+        return over(keys, hparams, data)
+
+    def batched(keys, hparams, num_configs=None):
+        return over_configs(keys, hparams, data, _num_configs(hparams, num_configs))
+
     if reduce is None:
-        return lambda keys, hparams, queue_rate: over_configs(keys, hparams, queue_rate, data)
+        return batched
     reduce_configs = jax.jit(jax.vmap(reduce))
 
-    def run_and_reduce(keys, hparams, queue_rate):
-        outputs = over_configs(keys, hparams, queue_rate, data)
-        return reduce_configs(outputs.arrays(), queue_rate)
+    def run_and_reduce(keys, hparams, num_configs=None):
+        outputs = batched(keys, hparams, num_configs)
+        shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
+        return reduce_configs(outputs.arrays(), shared)
 
     return run_and_reduce
+
+
+def _num_configs(hparams, num_configs: int | None) -> int:
+    """The configuration axis' size: of the hyperparameters, or given when there are none."""
+    sizes = {int(np.shape(v)[0]) for v in jax.tree.leaves(hparams)}
+    if num_configs is not None:
+        sizes.add(int(num_configs))
+    if len(sizes) != 1:
+        raise ValueError(
+            f"hyperparameters need one leading configuration axis (num_configs={num_configs}), "
+            f"got sizes {sorted(sizes)}"
+        )
+    return sizes.pop()
 
 
 def seed_keys(base_seed: int, seeds) -> jax.Array:

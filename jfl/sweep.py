@@ -65,16 +65,13 @@ def config_table(
     policies: Sequence[str],
     swept: Mapping[str, Sequence[float]],
     fixed: Mapping[str, float] | None = None,
-    fairness_target: float = 0.15,
     shared: Mapping[str, Sequence[float]] | None = None,
 ) -> pd.DataFrame:
     """Cartesian grid per policy over the swept hyperparameters that policy reads.
 
     Columns: ``policy``, every ``shared`` name (scenario axes crossed with every policy, e.g. the
-    number of channels or the fairness scale), every swept name (NaN where the policy does not
-    use it), and ``queue_rate``: the rate of the fairness queue the runner measures (the policy's
-    own rate, e.g. β, when it has one and it is swept; ``fairness_target`` otherwise). Values are
-    validated against each policy's ranges.
+    number of channels or the fairness scale) and every swept name (NaN where the policy does not
+    use it). Values are validated against each policy's ranges.
     """
     fixed = dict(fixed or {})
     shared = dict(shared or {})
@@ -82,8 +79,6 @@ def config_table(
         raise ValueError("--policies: give at least one policy")
     if len(set(policies)) != len(policies):
         raise ValueError(f"--policies: duplicate names in {list(policies)}")
-    if not 0 <= fairness_target <= 1:
-        raise ValueError(f"fairness_target must be in [0, 1], got {fairness_target}")
     rows = []
     for name in policies:
         spec = get_policy(name)
@@ -98,10 +93,8 @@ def config_table(
                     **{k: np.nan for k in swept},
                     **dict(zip(used, values, strict=True)),
                 }
-                own = spec.queue_rate
-                row["queue_rate"] = row[own] if own in used else fairness_target
                 rows.append(row)
-    return pd.DataFrame(rows, columns=["policy", *shared, *swept, "queue_rate"])
+    return pd.DataFrame(rows, columns=["policy", *shared, *swept])
 
 
 def policy_hparams(name: str, rows: pd.DataFrame, fixed: Mapping[str, float] | None = None):
@@ -355,7 +348,6 @@ def run_chunked(
     batched: Callable,
     keys: jax.Array,
     hparams: Mapping[str, np.ndarray],
-    queue_rate: np.ndarray,
     chunk_size: int,
     *,
     store: ChunkStore | None = None,
@@ -363,8 +355,10 @@ def run_chunked(
     progress: tqdm | None = None,
     layout: Layout = SINGLE,
     stream: tuple[str, ...] = (),
+    num_configs: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run ``batched(keys, hparams, queue_rate)`` over configurations in chunks.
+    """Run ``batched(keys, hparams)`` over configurations in chunks (``hparams``: [C, ...];
+    ``num_configs`` is C, needed only when ``hparams`` is empty).
 
     The chunks are balanced (``chunk_bounds``: at most ``chunk_size`` configurations each) and
     all computed at the first one's size (the last padded by repeating its final row, the padding
@@ -380,7 +374,8 @@ def run_chunked(
     (``layout``, see ``jfl.distributed``) each computes the chunks it owns, and after a barrier
     reads the others' from the shared ``store``.
     """
-    num_configs = len(queue_rate)
+    if num_configs is None:
+        num_configs = len(next(iter(hparams.values())))
     config_sharding, replicated = _sharding()
     num_devices = jax.local_device_count()
     if chunk_size < 1 or chunk_size % num_devices:
@@ -396,7 +391,7 @@ def run_chunked(
 
     def chunk_inputs(start, stop):
         rows = np.arange(start, start + size).clip(max=stop - 1)
-        return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, jnp.asarray(queue_rate[rows])
+        return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, size
 
     # Shapes of one configuration's outputs: from the first chunk computed, or, to validate
     # stored chunks before computing anything, from tracing the program (which costs as much as
@@ -406,7 +401,8 @@ def run_chunked(
     def per_config(arrays=None):
         if not shapes:
             if arrays is None:
-                arrays = jax.eval_shape(batched, keys, *chunk_inputs(*bounds[0]))
+                hp, num = chunk_inputs(*bounds[0])
+                arrays = jax.eval_shape(lambda k, h: batched(k, h, num), keys, hp)
                 arrays = arrays if isinstance(arrays, Mapping) else arrays.arrays()
             shapes.update({k: v.shape[1:] for k, v in arrays.items()})
         return shapes
@@ -439,13 +435,12 @@ def run_chunked(
         progress.update(sum(bounds[i][1] - bounds[i][0] for i in results))
 
     def dispatch(index):
-        hp, qr = chunk_inputs(*bounds[index])
+        hp, _ = chunk_inputs(*bounds[index])
         k_in = keys
         if config_sharding is not None:
             hp = jax.device_put(hp, config_sharding)
-            qr = jax.device_put(qr, config_sharding)
             k_in = jax.device_put(keys, replicated)
-        output = batched(k_in, hp, qr)  # asynchronous: returns before the device finishes
+        output = batched(k_in, hp, size)  # asynchronous: returns before the device finishes
         return index, output if isinstance(output, Mapping) else output.arrays()
 
     def fetch(index, arrays):
@@ -525,6 +520,7 @@ def run_policy_grid(
     layout: Layout = SINGLE,
     reduce: bool = False,
     keep: tuple[str, ...] = (),
+    trackers: tuple = (),
 ) -> dict[str, np.ndarray]:
     """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
 
@@ -537,8 +533,9 @@ def run_policy_grid(
     One compiled program per policy and selection size ``m`` (an int, or the name of a config
     column holding it per row); each group's rows must be contiguous. ``per_config`` holds extra
     per-configuration arrays (leading axis ``len(configs)``): hyperparameters that are vectors,
-    such as a fairness vector c [C, N], and optionally ``queue_rate`` ([C] or [C, N]) replacing
-    the column of the same name. ``per_seed`` holds per-(configuration, seed) arrays (leading axes
+    such as a fairness vector c [C, N]. ``trackers`` (``jfl.trackers``) are kept in every run;
+    the hyperparameters they read come from ``per_config`` or else from the column of that
+    name. ``per_seed`` holds per-(configuration, seed) arrays (leading axes
     ``[len(configs), len(seeds)]``), passed as hyperparameters that each run reads for its own
     seed (``jfl.runner.make_batched_run``'s ``seed_hparams``). ``env_hparams`` names environment
     fields taken from the hyperparameters (see ``jfl.runner.make_run``).
@@ -562,17 +559,21 @@ def run_policy_grid(
                 f"per_seed[{key!r}] needs {len(configs)} rows of {len(seeds)} seeds, got "
                 f"{value.shape}"
             )
-    if "queue_rate" in per_config:
-        queue_rate = per_config.pop("queue_rate")
-    else:
-        queue_rate = configs["queue_rate"].to_numpy()
+    trackers = tuple(trackers)
+    for name in {n for t in trackers for n in t.hparams} - set(per_config):
+        if name not in configs:
+            raise ValueError(f"a tracker reads {name!r}: give it as a column or per_config")
+        per_config[name] = configs[name].to_numpy()
     sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
     groups = policy_groups(configs, m)
     bounds = [(g.start, g.stop) for g in groups]
     reducer = None
     if reduce:
-        dims = output_dims(env, learner=learner is not None, trajectories=trajectories)
-        reducer = make_reducer(dims, num_rounds, tuple(keep))
+        dims = output_dims(
+            env, learner=learner is not None, trajectories=trajectories, trackers=trackers
+        )
+        rates = [t.hparams[0] for t in trackers if "final_queue" in t.outputs]
+        reducer = make_reducer(dims, num_rounds, tuple(keep), *rates[:1])
     # Every group is checked (environment, learner signals) before the first one compiles.
     learners = []
     for start, _ in bounds:
@@ -599,6 +600,7 @@ def run_policy_grid(
                     env_hparams=env_hparams,
                     learner=group_learner,
                     eval_every=eval_every,
+                    trackers=trackers,
                 ),
                 data,
                 seed_hparams=tuple(per_seed),
@@ -614,8 +616,8 @@ def run_policy_grid(
                     batched,
                     keys,
                     hparams,
-                    np.asarray(queue_rate[start:stop], np.float32),
                     group_chunk_size(chunk_size, stop - start),
+                    num_configs=stop - start,
                     store=store,
                     label=group.label,
                     progress=bar,

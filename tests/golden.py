@@ -15,7 +15,11 @@ default no longer is), and ``v_beta_grid`` and ``fl_rbcsf`` when RBCS-F's η too
 ``v_beta_grid`` again when its per-run metrics moved onto the device (issue 25: float32 pairwise
 sums in ``jfl.reduction`` instead of NumPy's float32 means on the host, so last bits moved; every
 value was checked against the previous file: means within 1.1e-7 relative, below float32's
-epsilon, interval bounds within the same absolute difference).
+epsilon, interval bounds within the same absolute difference). ``cocs_hfl`` and ``fl_cocs`` lost
+the columns of the fairness queue when it became a tracker that only the RBCS-F and CS-UCB
+experiments keep (``final_queue_*``, ``max_rate_violation``, ``target_met``,
+``rounds_to_target`` and ``fl_cocs``'s ``queue_rate``: all 0 or 1 at a rate of 0); the other
+columns were cut out of the stored files unchanged, and the runs reproduce them bit for bit.
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

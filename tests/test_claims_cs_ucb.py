@@ -23,6 +23,7 @@ from jfl.experiments.cs_ucb import seed_benchmarks
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.stats import mean_ci
+from jfl.trackers import fairness_queue
 
 FAST_SEEDS, SLOW_SEEDS = 16, 64
 FAIRNESS = np.asarray(PRESET_SETTINGS["fairness"]["fairness"])  # c = (0.6, 0.5, 0.4)
@@ -63,6 +64,7 @@ def _batched_run(preset: str, policy: str, num_channels: int, rounds: int, seeds
         rounds,
         trajectories=True,
         env_hparams=("mean_reward",),
+        trackers=(fairness_queue(),),
     )
     configs = max(1, len(betas))
     hparams = {k: jnp.full(configs, v, jnp.float32) for k, v in spec.defaults().items()}
@@ -73,9 +75,9 @@ def _batched_run(preset: str, policy: str, num_channels: int, rounds: int, seeds
         hparams["beta"] = jnp.asarray(betas, jnp.float32)
     if "fairness" in hparams:
         hparams["fairness"] = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
-    queue_rate = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
+    hparams["queue_rate"] = jnp.tile(jnp.asarray(fairness, jnp.float32), (configs, 1))
     batched = make_batched_run(run, seed_hparams=("mean_reward",))
-    return batched, (seed_keys(0, np.arange(seeds)), hparams, queue_rate)
+    return batched, (seed_keys(0, np.arange(seeds)), hparams)
 
 
 @functools.cache
@@ -91,7 +93,7 @@ def _runs(runs):
 
     out = all_runs({spec: args for spec, (_, args) in built.items()})
     return {
-        spec: {k: np.asarray(v) for k, v in o._asdict().items() if v is not None}
+        spec: {k: np.asarray(v) for k, v in o.arrays().items() if v is not None}
         for spec, o in out.items()
     }
 
@@ -226,6 +228,6 @@ def test_cs_ucb_q_delay_grows_with_rho():
     fairness = jnp.asarray(np.repeat(rhos[:, None] / 20, 20, axis=1), jnp.float32)
     hparams = {k: jnp.full(2, v, jnp.float32) for k, v in spec.defaults().items()}
     hparams.update(beta=jnp.full(2, 0.1, jnp.float32), fairness=fairness)
-    out = make_batched_run(run)(seed_keys(0, np.arange(FAST_SEEDS)), hparams, fairness)
+    out = make_batched_run(run)(seed_keys(0, np.arange(FAST_SEEDS)), hparams)
     delay = np.asarray(out.round_time, float).sum(-1)  # [rho, seed]
     _assert_positive(delay[1] - delay[0], "delay(ρ=0.8) - delay(ρ=0.2), CS-UCB-Q")

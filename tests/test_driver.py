@@ -21,6 +21,7 @@ from jfl import checks, cli, driver, plots, sweep
 from jfl.cli import Floats
 from jfl.driver import Plan, Sweep
 from jfl.envs import RbcsfEnv
+from jfl.trackers import fairness_queue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class RandomFairness(Sweep):
             configs,
             selection_size=self.m,
             per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, False),
+            trackers=(fairness_queue(),),
         )
 
     def metrics(self, ds) -> dict:

@@ -30,6 +30,7 @@ from jfl.cli import parse
 from jfl.experiments import VBetaGrid
 from jfl.results import load_dataset
 from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
+from jfl.trackers import fairness_queue
 
 ROOT = Path(__file__).resolve().parents[1]
 # The end-to-end grid of tests/experiments/test_rbcsf.py (same shapes, same programs).
@@ -89,17 +90,16 @@ def rbcsf_runs():
     env = RbcsfEnv()
     params = env.default_params(num_clients=12)
     policy = get("rbcsf").build(12, 3)
-    run = make_run(env, params, policy, 20)
-    dims = output_dims(env)
+    queue = (fairness_queue("beta"),)  # RBCS-F's own queue
+    run = make_run(env, params, policy, 20, trackers=queue)
+    dims = output_dims(env, trackers=queue)
     hparams = {k: np.full(4, v, np.float32) for k, v in get("rbcsf").complete({}).items()}
     hparams["V"] = np.array([0.0, 1.0, 10.0, 50.0], np.float32)
     hparams["beta"] = np.array([0.0, 0.1, 0.2, 0.3], np.float32)
     keys = seed_keys(0, np.arange(5))
-    full = sweep.run_chunked(make_batched_run(run), keys, hparams, hparams["beta"], 4)
-    batched = make_batched_run(run, reduce=reduction.make_reducer(dims, 20))
-    chunked = {
-        size: sweep.run_chunked(batched, keys, hparams, hparams["beta"], size) for size in (1, 3)
-    }
+    full = sweep.run_chunked(make_batched_run(run), keys, hparams, 4)
+    batched = make_batched_run(run, reduce=reduction.make_reducer(dims, 20, rate="beta"))
+    chunked = {size: sweep.run_chunked(batched, keys, hparams, size) for size in (1, 3)}
     return full, chunked, hparams["beta"], dims
 
 
@@ -148,6 +148,23 @@ def test_band_interval_is_the_t_interval_of_the_samples():
 def test_keep_names_only_recorded_outputs():
     with pytest.raises(ValueError, match="cannot keep \\['nope'\\]"):
         reduction.make_reducer({"round_time": ("round",)}, 5, keep=("nope",))
+
+
+def test_the_fairness_queue_metrics_need_the_fairness_queue():
+    """Without the tracker a run has the selection metrics only, in the summary's order."""
+    from jfl.envs import RbcsfEnv
+
+    plain = reduction.run_metric_names(output_dims(RbcsfEnv()))
+    assert plain == [
+        "mean_round_time",
+        "total_time",
+        "min_selection_rate",
+        "jain_index",
+        "selected_per_round",
+    ]
+    queued = reduction.run_metric_names(output_dims(RbcsfEnv(), trackers=(fairness_queue(),)))
+    assert queued == list(reduction.RUN_METRICS)
+    assert set(reduction.reduced_dims(output_dims(RbcsfEnv()))) >= set(plain)
 
 
 # --------------------------------------------------------------------------- sweeps

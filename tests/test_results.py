@@ -95,6 +95,21 @@ def test_per_client_queue_rate_variable_is_the_target(ds):
     np.testing.assert_allclose(metrics["max_rate_violation"], np.maximum(target - rate, 0).max(-1))
 
 
+def test_without_the_fairness_queue_only_the_selection_metrics():
+    """Runs without the fairness queue (no tracker) have no queue or rate-target metrics."""
+    outputs = _outputs()
+    plain = {k: outputs[k] for k in ("round_time", "num_selected", "selection_count")}
+    ds = to_dataset(plain, _configs().drop(columns="queue_rate"), np.arange(SEEDS))
+    metrics = run_metrics(ds)
+    assert list(metrics.data_vars) == [
+        "mean_round_time",
+        "total_time",
+        "min_selection_rate",
+        "jain_index",
+        "selected_per_round",
+    ]
+
+
 def test_accuracy_metrics_from_curves():
     """Rounds and clock time to the target: the first evaluation at or above it, NaN if none."""
     accuracy = np.array([[[0.1, 0.5, 0.9], [0.1, 0.2, 0.3], [0.95, 0.9, 0.9]]])  # [1, 3, 3]

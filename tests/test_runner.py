@@ -21,8 +21,11 @@ from jfl.envs.rbcsf import Feedback
 from jfl.policies import get
 from jfl.runner import RunOutput, make_batched_run, make_run, output_dims, seed_keys
 from jfl.sweep import ChunkStore, run_chunked
+from jfl.trackers import fairness_queue
 
 N, M, T, SEEDS = 12, 3, 30, 3
+# RBCS-F's own queue: the fairness queue at its β.
+QUEUE = (fairness_queue("beta"),)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,7 @@ def setup():
     params = env.default_params(num_clients=N)
     spec = get("rbcsf")
     policy = spec.build(N, M)
-    batched = make_batched_run(make_run(env, params, policy, T))
+    batched = make_batched_run(make_run(env, params, policy, T, trackers=QUEUE))
     rng = np.random.default_rng(7)
     num_configs = 11
     hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
@@ -48,20 +51,20 @@ def setup():
 def with_trajectories(setup):
     """The setup's grid run once more, with trajectories (one compiled program for the tests)."""
     env, params, policy, _, hparams, keys = setup
-    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True))
-    return batched(keys, hparams, hparams["beta"])
+    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True, trackers=QUEUE))
+    return batched(keys, hparams)
 
 
 def _alone(batched, keys, hparams, i):
     one = {k: v[i : i + 1] for k, v in hparams.items()}
-    out = batched(keys, one, one["beta"])
-    return {k: np.asarray(v)[0] for k, v in out._asdict().items() if v is not None}
+    out = batched(keys, one)
+    return {k: np.asarray(v)[0] for k, v in out.arrays().items() if v is not None}
 
 
 def test_config_alone_equals_config_in_batch(setup):
     """Bit-identical outputs for a configuration run alone and inside a batch of 11."""
     _, _, _, batched, hparams, keys = setup
-    together = batched(keys, hparams, hparams["beta"])
+    together = batched(keys, hparams)
     for i in (0, 1, 5, 10):
         alone = _alone(batched, keys, hparams, i)
         for name, value in alone.items():
@@ -71,11 +74,11 @@ def test_config_alone_equals_config_in_batch(setup):
 def test_unbatched_run_equals_batched(setup):
     """The plain single-instance ``run`` gives the same bits as its vmapped version."""
     env, params, policy, batched, hparams, keys = setup
-    run = jax.jit(make_run(env, params, policy, T))
-    together = batched(keys, hparams, hparams["beta"])
+    run = jax.jit(make_run(env, params, policy, T, trackers=QUEUE))
+    together = batched(keys, hparams)
     i, s = 4, 2
-    single = run(keys[s], {k: v[i] for k, v in hparams.items()}, hparams["beta"][i])
-    for name, value in single._asdict().items():
+    single = run(keys[s], {k: v[i] for k, v in hparams.items()})
+    for name, value in single.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(np.asarray(getattr(together, name))[i, s], value, name)
 
@@ -92,9 +95,9 @@ def test_unbatched_run_equals_batched(setup):
 def test_chunk_size_does_not_change_results(setup, chunk_size, num_configs):
     """Chunks of any size (last one padded) reproduce the one-batch results exactly."""
     _, _, _, batched, hparams, keys = setup
-    reference = batched(keys, hparams, hparams["beta"])
+    reference = batched(keys, hparams)
     some = {k: v[:num_configs] for k, v in hparams.items()}
-    chunked = run_chunked(batched, keys, some, some["beta"], chunk_size)
+    chunked = run_chunked(batched, keys, some, chunk_size)
     for name, value in chunked.items():
         assert len(value) == num_configs, name
         want = np.asarray(getattr(reference, name))[:num_configs]
@@ -120,14 +123,13 @@ class _StopAfter:
 def test_interrupted_sweep_resumes_bit_identical(setup, tmp_path):
     """Kill after 2 of 3 chunks, resume from disk: identical to an uninterrupted run."""
     _, _, _, batched, hparams, keys = setup
-    uninterrupted = run_chunked(batched, keys, hparams, hparams["beta"], 4)
+    uninterrupted = run_chunked(batched, keys, hparams, 4)
     store = ChunkStore(tmp_path)
     with pytest.raises(_Interrupt):
         run_chunked(
             batched,
             keys,
             hparams,
-            hparams["beta"],
             4,
             store=store,
             label="p",
@@ -136,7 +138,7 @@ def test_interrupted_sweep_resumes_bit_identical(setup, tmp_path):
     assert store.path("p", 0).exists() and store.path("p", 1).exists()
     assert not store.path("p", 2).exists()
     mtime = store.path("p", 0).stat().st_mtime_ns
-    resumed = run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
+    resumed = run_chunked(batched, keys, hparams, 4, store=store, label="p")
     assert store.path("p", 0).stat().st_mtime_ns == mtime  # finished chunks are not recomputed
     for name, value in resumed.items():
         np.testing.assert_array_equal(uninterrupted[name], value, name)
@@ -146,15 +148,15 @@ def test_corrupt_chunk_is_reported_before_computing(setup, tmp_path):
     """A truncated or mis-shaped chunk file gives an error naming the file."""
     _, _, _, batched, hparams, keys = setup
     store = ChunkStore(tmp_path)
-    run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
+    run_chunked(batched, keys, hparams, 4, store=store, label="p")
     path = store.path("p", 1)
     path.write_bytes(b"not a zip file")
     with pytest.raises(ValueError, match=r"corrupt results directory.*chunk_000001"):
-        run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
+        run_chunked(batched, keys, hparams, 4, store=store, label="p")
     arrays = {k: np.zeros((4, 1)) for k in ("round_time",)}
     store.save("p", 1, arrays)
     with pytest.raises(ValueError, match=r"corrupt results directory.*shape"):
-        run_chunked(batched, keys, hparams, hparams["beta"], 4, store=store, label="p")
+        run_chunked(batched, keys, hparams, 4, store=store, label="p")
 
 
 def test_trajectories_are_consistent_with_summaries(with_trajectories):
@@ -174,7 +176,7 @@ def test_trajectories_are_consistent_with_summaries(with_trajectories):
 def test_sharded_over_four_devices_matches_single_device(setup, tmp_path):
     """With 4 forced host devices the configuration axis is sharded; results are unchanged."""
     _, _, _, batched, hparams, keys = setup
-    reference = run_chunked(batched, keys, hparams, hparams["beta"], 4)
+    reference = run_chunked(batched, keys, hparams, 4)
     np.savez(tmp_path / "hparams.npz", **hparams)
     script = textwrap.dedent(
         f"""
@@ -185,9 +187,14 @@ def test_sharded_over_four_devices_matches_single_device(setup, tmp_path):
         from jfl.sweep import run_chunked
         assert jax.device_count() == 4, jax.devices()
         env = RbcsfEnv(); params = env.default_params(num_clients={N})
-        batched = make_batched_run(make_run(env, params, get("rbcsf").build({N}, {M}), {T}))
+        from jfl.trackers import fairness_queue
+
+        run = make_run(
+            env, params, get("rbcsf").build({N}, {M}), {T}, trackers=(fairness_queue("beta"),)
+        )
+        batched = make_batched_run(run)
         hp = dict(np.load({str(tmp_path / "hparams.npz")!r}))
-        out = run_chunked(batched, seed_keys(3, np.arange({SEEDS})), hp, hp["beta"], 4)
+        out = run_chunked(batched, seed_keys(3, np.arange({SEEDS})), hp, 4)
         np.savez({str(tmp_path / "sharded.npz")!r}, **out)
         print(json.dumps(str(jax.devices())))
         """
@@ -228,7 +235,7 @@ def test_last_unmet_round_matches_numpy_for_rbcsf(setup, with_trajectories):
     out = with_trajectories
     last = np.asarray(out.last_unmet_round)
     np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, hparams["beta"]))
-    assert list(out.arrays()) == list(output_dims(env, trajectories=True))
+    assert list(out.arrays()) == list(output_dims(env, trajectories=True, trackers=QUEUE))
     assert out.set_reward is None and out.num_failed is None  # rbcsf has no round_metrics
     assert (last[1] == 0).all()  # β = 0 is met from the first round on
     assert last.max() > 0 and last.min() < T  # not a trivial case
@@ -240,19 +247,21 @@ def test_last_unmet_round_matches_numpy_for_cs_ucb_q_vector_rate():
     from jfl.envs.wireless import preset_params
 
     env, params, policy = WirelessEnv(), preset_params("fairness"), get("cs_ucb_q").build(3, 2)
-    batched = make_batched_run(make_run(env, params, policy, 150, trajectories=True))
+    queue = (fairness_queue("fairness"),)
+    run = make_run(env, params, policy, 150, trajectories=True, trackers=queue)
+    batched = make_batched_run(run)
     fairness = np.array(
         [[0.6, 0.5, 0.4], [0.6, 0.5, 0.4], [0.3, 0.3, 0.3], [0.0, 0.0, 0.0]], np.float32
     )
     hparams = {"beta": np.array([1e-5, 0.1, 0.05, 0.1], np.float32), "fairness": fairness}
-    out = batched(seed_keys(1, np.arange(3)), hparams, fairness)
+    out = batched(seed_keys(1, np.arange(3)), hparams)
     last = np.asarray(out.last_unmet_round)
     np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, fairness))
     assert (last[3] == 0).all()
     assert last.max() > 0
     assert np.asarray(out.set_reward).shape == (4, 3, 150)
     assert np.asarray(out.num_failed).dtype.kind == "i"
-    assert list(out.arrays()) == list(output_dims(env, trajectories=True))
+    assert list(out.arrays()) == list(output_dims(env, trajectories=True, trackers=queue))
 
 
 def test_env_hparams_availability_is_traced_per_configuration():
@@ -267,9 +276,8 @@ def test_env_hparams_availability_is_traced_per_configuration():
     batched = make_batched_run(make_run(env, params, policy, rounds, env_hparams=("availability",)))
     alpha = np.array([0.0, 1.0, 0.5, 0.8, 1.0], np.float32)
     hparams = {"availability": np.repeat(alpha[:, None], num_clients, 1)}
-    rate = np.full(5, 0.1, np.float32)
     keys = seed_keys(2, np.arange(3))
-    together = batched(keys, hparams, rate)
+    together = batched(keys, hparams)
     num_selected = np.asarray(together.num_selected)
     assert (num_selected[0] == 0).all()
     assert (np.asarray(together.set_reward)[0] == 0).all()
@@ -278,16 +286,16 @@ def test_env_hparams_availability_is_traced_per_configuration():
     assert (num_selected[2] < m).any()  # α = 0.5: some rounds have fewer than m available
     assert (num_selected[3] < m).any() and num_selected[3].mean() > num_selected[2].mean()
     for i in range(5):
-        alone = batched(keys, {"availability": hparams["availability"][i : i + 1]}, rate[:1])
-        for name, value in alone._asdict().items():
+        alone = batched(keys, {"availability": hparams["availability"][i : i + 1]})
+        for name, value in alone.arrays().items():
             if value is not None:
                 np.testing.assert_array_equal(
                     np.asarray(getattr(together, name))[i], np.asarray(value)[0], name
                 )
     # Without env_hparams the environment's own availability (0.5) is used: config 2's run.
     fixed = make_batched_run(make_run(env, params, policy, rounds))
-    plain = fixed(keys, {"availability": hparams["availability"][2:3]}, rate[:1])
-    for name, value in plain._asdict().items():
+    plain = fixed(keys, {"availability": hparams["availability"][2:3]})
+    for name, value in plain.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(
                 np.asarray(value)[0], np.asarray(getattr(together, name))[2]
@@ -309,19 +317,19 @@ def test_cs_ucb_q_selects_min_n_available_in_a_batch_of_betas():
     random_run = make_batched_run(
         make_run(env, params, get("random").build(num_clients, m), rounds)
     )
-    want = np.asarray(random_run(keys, {}, np.zeros(1, np.float32)).num_selected)[0]
+    want = np.asarray(random_run(keys, {}, num_configs=1).num_selected)[0]
     batched = make_batched_run(make_run(env, params, get("cs_ucb_q").build(num_clients, m), rounds))
     count = 32
     hparams = {
         "beta": np.linspace(0.0, 1.0, count).astype(np.float32),
         "fairness": np.full((count, num_clients), 0.1, np.float32),
     }
-    together = batched(keys, hparams, hparams["fairness"])
+    together = batched(keys, hparams)
     short = int((np.asarray(together.num_selected) < want[None]).sum())
     different = []
     for i in range(0, count, 3):
         one = {k: v[i : i + 1] for k, v in hparams.items()}
-        alone = batched(keys, one, one["fairness"])
+        alone = batched(keys, one)
         if not np.array_equal(
             np.asarray(alone.num_selected)[0], np.asarray(together.num_selected)[i]
         ):
@@ -365,11 +373,11 @@ def test_run_keys_reset_key_gives_the_run_layout():
     # a traced argument: closed-over explicit distances are constants that XLA may fold into
     # the path loss with a last-bit difference.
     policy = get("random").build(num_clients, m)
-    run = jax.jit(lambda key, p: make_run(env, p, policy, rounds)(key, {}, 0.0))
+    run = jax.jit(lambda key, p: make_run(env, p, policy, rounds)(key, {}))
     for s in range(3):
         drawn = run(keys[s], params)
         explicit = run(keys[s], make_params(num_clients, tau_max=0.5, distance=layouts[s]))
-        for name, value in drawn._asdict().items():
+        for name, value in drawn.arrays().items():
             if value is not None:
                 np.testing.assert_array_equal(value, getattr(explicit, name), name)
 
@@ -388,8 +396,11 @@ def test_last_unmet_round_counts_an_exactly_met_rate_as_met():
         update=lambda t, obs, action, feedback, hparams: t + 1,
     )
     env = WirelessEnv()
-    run = jax.jit(make_run(env, make_params(1, availability=1.0), three_of_five, 50))
-    out = run(seed_keys(0, [0])[0], {}, 0.6)
+    queue = (fairness_queue(),)
+    run = jax.jit(
+        make_run(env, make_params(1, availability=1.0), three_of_five, 50, trackers=queue)
+    )
+    out = run(seed_keys(0, [0])[0], {"queue_rate": 0.6})
     assert int(out.selection_count[0]) == 30  # 30 / 50 = 0.6: target_met in run_metrics
     assert int(out.last_unmet_round) == 0
 
@@ -415,11 +426,11 @@ def test_a_new_round_metric_is_one_subclass(setup):
     _, params, policy, batched, hparams, keys = setup
     env = SlowestEnv()
     one = {k: v[2:3] for k, v in hparams.items()}
-    out = make_batched_run(make_run(env, params, policy, T))(keys, one, one["beta"])
-    assert list(out.extras) == ["num_slow", "time"]
+    out = make_batched_run(make_run(env, params, policy, T, trackers=QUEUE))(keys, one)
+    assert list(out.extras)[-2:] == ["num_slow", "time"]
     assert out.num_slow.shape == (1, SEEDS, T) and out.time.shape == (1, SEEDS, T, N)
-    parent = batched(keys, one, one["beta"])
-    assert not parent.extras
+    parent = batched(keys, one)
+    assert list(parent.extras) == list(out.extras)[:-2]  # the fairness queue's
     for name, value in parent.arrays().items():
         np.testing.assert_array_equal(np.asarray(getattr(out, name)), value, name)
     time = np.asarray(out.time)
@@ -427,7 +438,8 @@ def test_a_new_round_metric_is_one_subclass(setup):
     np.testing.assert_array_equal(out.round_time, time.max(-1))
 
     configs = pd.DataFrame({"policy": ["rbcsf"], "V": one["V"]})
-    ds = results.to_dataset(out.arrays(), configs, np.arange(SEEDS), output_dims(env))
+    dims = output_dims(env, trackers=QUEUE)
+    ds = results.to_dataset(out.arrays(), configs, np.arange(SEEDS), dims)
     assert ds["num_slow"].dims == ("config", "seed", "round")
     assert ds["time"].dims == ("config", "seed", "round", "client")
     np.testing.assert_array_equal(ds["time"].to_numpy(), time)
@@ -452,25 +464,25 @@ def test_round_metrics_must_match_their_declaration():
     for env, error in ((Undeclared(), ValueError), (WrongShape(), AssertionError)):
         run = make_run(env, params, policy, 3)
         with pytest.raises(error):
-            jax.eval_shape(run, jax.random.key(0), {}, 0.0)
+            jax.eval_shape(run, jax.random.key(0), {})
 
 
 def test_output_dims():
-    """Core outputs, then the environment's metrics, the learner's and the trajectories."""
+    """Core outputs, the trackers', the environment's metrics, the learner's, the trajectories."""
     from jfl.envs import HflEnv, WirelessEnv
 
-    core = {
-        "round_time": ("round",),
-        "num_selected": ("round",),
+    core = {"round_time": ("round",), "num_selected": ("round",), "selection_count": ("client",)}
+    queue = {
         "queue_mean": ("round",),
         "queue_max": ("round",),
-        "selection_count": ("client",),
         "final_queue": ("client",),
         "last_unmet_round": (),
     }
     assert output_dims(RbcsfEnv()) == core
-    assert output_dims(WirelessEnv()) == {
+    assert output_dims(RbcsfEnv(), trackers=QUEUE) == {**core, **queue}
+    assert output_dims(WirelessEnv(), trackers=QUEUE) == {
         **core,
+        **queue,
         "set_reward": ("round",),
         "num_failed": ("round",),
         "mean_set_reward": ("round",),
@@ -485,14 +497,15 @@ def test_output_dims():
         "test_loss": ("eval",),
         "untrained": (),
         "selected": ("round", "client"),
-        "queue": ("round", "client"),
     }
+    with_queue = output_dims(HflEnv(), trajectories=True, trackers=QUEUE)
+    assert list(with_queue)[-2:] == ["selected", "queue"]
 
     class Clash(RbcsfEnv):
-        round_metrics: ClassVar[dict] = {"queue_max": Metric(("round",), "already a core output")}
+        round_metrics: ClassVar[dict] = {"queue_max": Metric(("round",), "already an output")}
 
     with pytest.raises(ValueError, match="queue_max"):
-        output_dims(Clash())
+        output_dims(Clash(), trackers=QUEUE)
 
 
 def test_run_output_attribute_access():
@@ -504,10 +517,10 @@ def test_run_output_attribute_access():
     with pytest.raises(AttributeError, match="bogus"):
         out.bogus  # noqa: B018
     assert not hasattr(out, "__array__")
+    assert out.final_queue is None  # the fairness queue's, without the tracker
     assert list(out.arrays()) == [*core, "set_reward"]
-    assert out._asdict() == out.arrays()
     leaves, tree = jax.tree.flatten(out)
-    assert len(leaves) == 8 and isinstance(jax.tree.unflatten(tree, leaves), RunOutput)
+    assert len(leaves) == 4 and isinstance(jax.tree.unflatten(tree, leaves), RunOutput)
 
 
 def test_make_run_needs_an_environment():

@@ -28,6 +28,7 @@ from jfl.sweep import (
     round_up,
     run_policy_grid,
 )
+from jfl.trackers import fairness_queue
 
 # --------------------------------------------------------------------------- grids
 
@@ -48,15 +49,12 @@ def test_config_table_grid_and_unused_hparams():
     table = config_table(
         ["rbcsf", "random", "fedcs"],
         {"V": [1, 10], "beta": [0.1, 0.2], "alpha": [0.1], "deadline": [3, 4]},
-        fairness_target=0.15,
     )
-    assert list(table.columns) == ["policy", "V", "beta", "alpha", "deadline", "queue_rate"]
+    assert list(table.columns) == ["policy", "V", "beta", "alpha", "deadline"]
     rb = table[table.policy == "rbcsf"]
     assert len(rb) == 4 and rb["deadline"].isna().all()
-    np.testing.assert_allclose(rb["queue_rate"], rb["beta"])
     rnd = table[table.policy == "random"]
     assert len(rnd) == 1 and rnd[["V", "beta", "alpha", "deadline"]].isna().all(axis=None)
-    assert rnd["queue_rate"].item() == 0.15
     fed = table[table.policy == "fedcs"]
     assert sorted(fed["deadline"]) == [3, 4]
 
@@ -66,12 +64,11 @@ def test_config_table_crosses_shared_scenario_axes_with_every_policy():
     table = config_table(
         ["cs_ucb_q", "modified_cs_ucb"], {"beta": [0.1, 0.2]}, shared={"N": [2, 3], "rho": [0.5]}
     )
-    assert list(table.columns) == ["policy", "N", "rho", "beta", "queue_rate"]
+    assert list(table.columns) == ["policy", "N", "rho", "beta"]
     assert list(table["policy"]) == ["cs_ucb_q"] * 4 + ["modified_cs_ucb"] * 2
     assert list(table["N"]) == [2, 2, 3, 3, 2, 3]
     assert (table["rho"] == 0.5).all()
     assert table["beta"][:4].tolist() == [0.1, 0.2, 0.1, 0.2] and table["beta"][4:].isna().all()
-    assert (table["queue_rate"] == 0.15).all()  # c is not swept: the fairness target
 
 
 @pytest.mark.parametrize(
@@ -98,10 +95,9 @@ def test_config_table_rejects_out_of_range_fixed_values():
         (["nope"], {}, "unknown policy 'nope'"),
         ([], {}, "--policies: give at least one policy"),
         (["random", "random"], {}, r"--policies: duplicate names in \['random', 'random'\]"),
-        (["random"], {"fairness_target": 1.5}, r"fairness_target must be in \[0, 1\], got 1.5"),
     ],
 )
-def test_config_table_rejects_bad_policies_and_targets(policies, kwargs, message):
+def test_config_table_rejects_bad_policies(policies, kwargs, message):
     with pytest.raises(ValueError, match=message):
         config_table(policies, {"V": [1]}, **kwargs)
 
@@ -287,7 +283,7 @@ def test_run_policy_grid_checks_groups_and_per_config_rows_first(tmp_path):
     policies the environment cannot serve are refused before anything compiles."""
     env = WirelessEnv()
     params = make_params(3)
-    configs = pd.DataFrame({"policy": ["random"] * 3, "N": [1, 2, 1], "queue_rate": 0.0})
+    configs = pd.DataFrame({"policy": ["random"] * 3, "N": [1, 2, 1]})
     common = dict(num_clients=3, m="N", num_rounds=5, seeds=[0], chunk_size=1, show_progress=False)
     with pytest.raises(ValueError, match="contiguously"):
         run_policy_grid(env, params, configs, **common)
@@ -297,12 +293,14 @@ def test_run_policy_grid_checks_groups_and_per_config_rows_first(tmp_path):
         run_policy_grid(
             env, params, configs, per_seed={"mean_reward": np.zeros((3, 2, 3))}, **common
         )
-    configs = pd.DataFrame({"policy": ["rbcsf"], "N": [1], "queue_rate": 0.0})
+    with pytest.raises(ValueError, match="a tracker reads 'queue_rate'"):
+        run_policy_grid(env, params, configs.iloc[:1], trackers=(fairness_queue(),), **common)
+    configs = pd.DataFrame({"policy": ["rbcsf"], "N": [1]})
     with pytest.raises(ValueError, match="'rbcsf' reads"):
         run_policy_grid(env, params, configs, **common)
     # A later group that cannot run stops the grid before the first group computes anything.
     store = ChunkStore(tmp_path)
-    configs = pd.DataFrame({"policy": ["random", "local_accuracy"], "N": [1, 1], "queue_rate": 0})
+    configs = pd.DataFrame({"policy": ["random", "local_accuracy"], "N": [1, 1]})
     with pytest.raises(ValueError, match="'local_accuracy' reads"):
         run_policy_grid(env, params, configs, store=store, **common)
     assert not (tmp_path / "chunks").exists()

@@ -1,4 +1,5 @@
-"""Radio-channel formulas shared by the ``wireless`` and ``hfl`` environments (SPEC §2.2–2.3).
+"""Radio-channel formulas shared by the ``wireless`` and ``hfl`` environments
+(docs/reproductions/cs-ucb.md, docs/reproductions/cocs.md).
 
     PL[dB] = 128.1 + 37.6 log10(d / 1 km)          (3GPP macro-cell path loss)
     snr    = 10^((P + S − PL − N) / 10)             (unit fading gain; P, N in dBm, S shadowing dB)

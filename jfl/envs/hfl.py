@@ -1,4 +1,5 @@
-"""Hierarchical FL with edge servers: the environment of COCS §III and §VI (SPEC §2.3).
+"""Hierarchical FL with edge servers: the environment of COCS §III and §VI
+(docs/reproductions/cocs.md#the-environment).
 
 N clients, M edge servers (ES). Each round, client–ES pair (n, m) is in coverage with probability
 ``p_cover`` at a distance ``d ~ U[d_lo, d_hi]`` km (redrawn every round: mobility). Its channel has
@@ -21,7 +22,8 @@ budget B (9b). Selecting a set ``s`` (at most one ES per client, pairs in covera
 strongly convex utility ``μ = (1/M) Σ_m Σ_{n∈s_m} X_{n,m}`` (eq. 8); X is revealed only for the
 selected pairs.
 
-Observation (before the selection): coverage, the context ``φ`` of each pair (SPEC §9: download
+Observation (before the selection): coverage, the context ``φ`` of each pair
+(docs/decisions.md#cocs-context: download
 rate ``b c_DT`` and ``y``, min-max scaled to [0, 1] with fixed bounds, see ``make_params``;
 ``context_dim = 4`` adds the bandwidth and the distance), the costs, the budgets and three
 fields of oracle information, which a learning policy must not read:
@@ -68,14 +70,18 @@ from jfl.envs.rbcsf import _check_range
 # Table I and §VI-A of the paper (MNIST: logistic regression, strongly convex utility; CIFAR-10:
 # CNN, non-convex utility). Notes on the paper's text:
 # * Table I gives the workload q in "Mbytes" and §VI-A the computation y in "MHz"; the units do
-#   not make q/y seconds. As in SPEC §2.3 we use the numbers as given: q/y is the computation time
+#   not make q/y seconds. We use the numbers as given
+#   (docs/decisions.md#cocs-units): q/y is the computation time
 #   in seconds (0.6–1.2 s for MNIST, 1.9–3.5 s for CIFAR-10).
 # * Table I's pricing "U[0.5, 2] per MHz" is the per-client price p_n of one unit of y.
-# * §VI-A draws the distance from U[0, 2] km; we start at 0.05 km (SPEC §2.3) since the path-loss
+# * §VI-A draws the distance from U[0, 2] km; we start at 0.05 km
+#   (docs/decisions.md#cocs-distance) since the path-loss
 #   model diverges at d = 0.
-# * Table I says D = 4; §IV uses the 2-D context (download rate, y). SPEC §9: D = 2 by default,
+# * Table I says D = 4; §IV uses the 2-D context (download rate, y). D = 2 by default
+#   (docs/decisions.md#cocs-context),
 #   D = 4 (adding bandwidth and distance) as an option.
-# * The shadowing (8 dB) and the noise PSD (−174 dBm/Hz) are not in the paper; SPEC §2.3.
+# * The shadowing (8 dB) and the noise PSD (−174 dBm/Hz) are not in the paper;
+#   docs/decisions.md#cocs-channel.
 PRESETS = {
     "mnist": {
         "num_clients": 50,

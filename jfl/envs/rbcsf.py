@@ -1,9 +1,11 @@
-"""Linear model-exchange-time environment of RBCS-F §6.1 (SPEC §2.1).
+"""Linear model-exchange-time environment of RBCS-F §6.1
+(docs/reproductions/rbcsf.md#the-environment).
 
 Each round every client reports a context ``c = [1/μ, s, M/B]`` and its availability; the
 expected exchange time is ``τ* = c·θ*`` and the realised one ``τ = τ*(1 + u)``, ``u ~ U(-a, a)``
 (paper: ``a = 1``), revealed only for selected clients. θ*_n = [τ_b, τ_s, 1/η] with
-η = log₂(1 + SNR) by default (``eta_base``; SPEC §9). ``s = 1`` when the client was *not*
+η = log₂(1 + SNR) by default (``eta_base``;
+docs/decisions.md#rbcsf-eta). ``s = 1`` when the client was *not*
 selected in the previous round (it pays the cold-start time τ_s; every client in round 1).
 
 Gymnax-style: the environment object is stateless; ``params`` and ``state`` are pytrees.
@@ -31,7 +33,8 @@ class RbcsfParams:
     p_available: float = 0.8
     model_size: float = 20.0  # Mb
     noise: float = 1.0  # half-width a of u ~ U(-a, a)
-    # Base of the logarithm in η = log(1 + SNR) that built θ* (2: bits, SPEC §9; e: nats);
+    # Base of the logarithm in η = log(1 + SNR) that built θ* (2: bits, e: nats;
+    # docs/decisions.md#rbcsf-eta);
     # recorded here, θ* already holds it.
     eta_base: float = 2.0
 

@@ -1,4 +1,5 @@
-"""Single access point with N orthogonal channels: the environment of CS-UCB §V (SPEC §2.2).
+"""Single access point with N orthogonal channels: the environment of CS-UCB §V
+(docs/reproductions/cs-ucb.md#the-environment).
 
 K clients sit in a disc around the access point (AP). Each round, client k's time is
 
@@ -37,7 +38,8 @@ from jfl.envs.rbcsf import _check_range
 # numbers a client's τ is 0.10–0.26 s, so at 5 s every μ_k = E[1 − τ_k/τ_max] is 0.93–0.98:
 # CS-UCB's confidence bonus dwarfs the differences and CS-UCB-Q's truncated index is 1 for every
 # client. jfl's default, 0.5 s, spreads the rewards with about 1% of selections failing (0.2 s
-# spreads them too but fails 11–24% of selections at 300 m); see SPEC §2.2, §9 and README.
+# spreads them too but fails 11–24% of selections at 300 m); see
+# docs/decisions.md#cs-ucb-tau-max.
 PAPER_TAU_MAX = 5.0
 DEFAULT_TAU_MAX = 0.5
 

@@ -168,15 +168,12 @@ class CocsHfl(HflScenario):
 
         scenario = self.scenario()
         configs = sweep.config_table(
-            self.policies,
-            {"h_T": list(self.h_T), "z": list(self.z)},
-            fairness_target=0.0,
-            shared=scenario,
+            self.policies, {"h_T": list(self.h_T), "z": list(self.z)}, shared=scenario
         )
         env, params = self.environment_params(p_cover=self.p_cover)
 
         def finish(ds):
-            return attach_oracle(ds.drop_vars("queue_rate"), reference=self.regret_against)
+            return attach_oracle(ds, reference=self.regret_against)
 
         return Plan(
             env,

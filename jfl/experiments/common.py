@@ -1,8 +1,11 @@
-"""Checks every experiment shares."""
+"""Checks and settings every experiment shares."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
 
 
 def check_policies(names: Sequence[str], environment: str, trains: bool = False) -> None:
@@ -42,3 +45,19 @@ def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -
             spec = get(policy).hparams.get(name)
             if spec is not None:
                 spec.check(f"--{name.replace('_', '-')}", grid)
+
+
+def with_queue_rate(configs: pd.DataFrame, target: float) -> pd.DataFrame:
+    """``configs`` with the column ``queue_rate`` that ``jfl.trackers.fairness_queue`` reads.
+
+    A policy with a rate of its own (``PolicySpec.queue_rate``: RBCS-F's β) is measured against
+    that rate, so that its queue is its own; every other policy against ``target``.
+    """
+    from jfl.policies import get
+
+    rates = np.full(len(configs), float(target))
+    for i, name in enumerate(configs["policy"]):
+        own = get(name).queue_rate
+        if own is not None and own in configs and not np.isnan(configs[own].iloc[i]):
+            rates[i] = configs[own].iloc[i]
+    return configs.assign(queue_rate=rates)

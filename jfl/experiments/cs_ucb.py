@@ -22,6 +22,7 @@ from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
 from jfl.experiments.common import check_hparams, check_policies
+from jfl.trackers import QUEUE_RATE, fairness_queue
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
     import xarray as xr
@@ -247,7 +248,7 @@ def plot_gap_curves(ds: xr.Dataset, folder, names, caption: str, configs=None) -
 
 def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     """Mean set reward and failed clients; with a benchmark, the pseudo-regret, the gaps Θ and θ
-    and their realised versions (SPEC §4)."""
+    and their realised versions (docs/metrics.md#regret)."""
     rounds = ds.sizes["round"]
     metrics = {
         "mean_set_reward": ds["set_reward"].mean("round"),
@@ -269,14 +270,16 @@ def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 
 
 def tau_max_note(tau_max: float) -> str:
-    """What the metadata says about τ_max: the paper's 5 s or not, and why (SPEC §2.2, §9)."""
+    """What the metadata says about τ_max: the paper's 5 s or not, and why
+    (docs/decisions.md#cs-ucb-tau-max)."""
     from jfl.envs.wireless import PAPER_TAU_MAX
 
     if tau_max == PAPER_TAU_MAX:
-        return f"tau_max = {tau_max:g} s, the paper's (its rewards saturate: SPEC §2.2)"
+        return f"tau_max = {tau_max:g} s, the paper's (its rewards saturate: docs/decisions.md)"
     return (
         f"tau_max = {tau_max:g} s, not the paper's {PAPER_TAU_MAX:g} s: at {PAPER_TAU_MAX:g} s "
-        "every mean reward is 0.93-0.98 and the UCB bonus dwarfs their differences (SPEC §2.2)"
+        "every mean reward is 0.93-0.98 and the UCB bonus dwarfs their differences "
+        "(docs/decisions.md#cs-ucb-tau-max)"
     )
 
 
@@ -296,7 +299,7 @@ class WirelessScenario(Sweep):
     clients: int = 20
     """clients K"""
     tau_max: float = 0.5
-    """round deadline τ_max (s) > 0; the paper's is 5 (its rewards then saturate: SPEC §2.2)"""
+    """round deadline τ_max (s) > 0; the paper's is 5 (its rewards saturate: docs/decisions.md)"""
     coherence_slots: int = 1
     """fades per link and round whose rates are averaged (§V line ~355), an integer ≥ 1"""
 
@@ -343,8 +346,9 @@ class WirelessScenario(Sweep):
             per_run_bytes=sweep.bytes_per_run(
                 self.rounds, params.num_clients, int(sizes.max()), self.trajectories
             ),
-            per_config={"fairness": fairness, "availability": availability, "queue_rate": fairness},
+            per_config={"fairness": fairness, "availability": availability, QUEUE_RATE: fairness},
             env_hparams=("availability",),
+            trackers=(fairness_queue(),),
             finish=finish,
             metadata={"tau_max": params.tau_max, "tau_max_note": tau_max_note(params.tau_max)},
         )
@@ -378,7 +382,7 @@ class WirelessSweep(WirelessScenario):
         from jfl.runner import seed_keys
 
         params = self.params()
-        configs = self.configs().drop(columns="queue_rate", errors="ignore")
+        configs = self.configs()
         fairness, availability = self.fairness_vectors(configs)
         plan = self.scenario_plan(params, configs, fairness, availability)
         bench, mu = seed_benchmarks(
@@ -422,7 +426,8 @@ class CsUcbIdeal(WirelessSweep):
     """CS-UCB against Random and Round-robin in the ideal scenario (Xia et al. §V-B, Figs. 1, 3).
 
     K = 20 always-available clients in a 500 m disc (a fresh layout per seed), N channels,
-    τ_max = 0.5 s (the paper's 5 s with ``--tau-max 5``: its rewards saturate, SPEC §2.2). The
+    τ_max = 0.5 s (the paper's 5 s with ``--tau-max 5``: its rewards saturate,
+    docs/decisions.md#cs-ucb-tau-max). The
     pseudo-regret is T·μ(S*) − Σ_t μ(S(t)), against the best fixed set S* of eq. (13) for the
     seed's layout, with μ_k estimated by Monte Carlo; the gaps are Θ = τ_max · pseudo-regret and
     θ = Θ/T, and the realised versions use min_{k∈S(t)} r_k(t) for μ(S(t)).
@@ -487,7 +492,8 @@ class FairnessScenario(WirelessScenario):
     """The wireless ``fairness`` preset: K = 3 at an equal 300 m, N = 2, availability 0.9.
 
     τ_max = 0.5 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
-    truncated index is 1 for every client and no β changes anything (SPEC §2.2, §9).
+    truncated index is 1 for every client and no β changes anything
+    (docs/decisions.md#cs-ucb-tau-max).
     """
 
     policies: Names = ("cs_ucb_q", "modified_cs_ucb")
@@ -712,12 +718,12 @@ class CsUcbQDelay(WirelessScenario):
             table = config_table(others, {"beta": list(self.beta)}, shared={"N": sizes})
             tables.append(table.assign(rho=np.nan))
         configs = pd.concat(tables, ignore_index=True)
-        configs = configs[["policy", "N", "rho", "beta", "queue_rate"]]
+        configs = configs[["policy", "N", "rho", "beta"]]
         # One compiled program per (policy, N): group rows that way.
         return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
 
     def plan(self) -> Plan:
-        configs = self.configs().drop(columns="queue_rate")
+        configs = self.configs()
         samples = checks.per_client("--samples", self.samples, self.clients)
         fairness, availability = scenario_vectors(
             configs.fillna({"rho": 0.0}),

@@ -22,10 +22,11 @@ from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.cocs import HflScenario
-from jfl.experiments.common import check_hparams
+from jfl.experiments.common import check_hparams, with_queue_rate
 from jfl.experiments.cs_ucb import FairnessScenario, WirelessScenario, regret_metrics
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.fl.sweep import ACCURACY_COLUMNS, Training, write_figures
+from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
 PAPER_PROTOCOL = {"local_steps": 1, "batch_size": 2, "lr": (0.001,)}
@@ -113,9 +114,9 @@ class FlRbcsf(RbcsfScenario, Training):
         configs = config_table(
             self.policies,
             self.grid(),
-            fairness_target=self.beta[0],
             shared={"partition": list(range(len(self.gamma1))), "learning_rate": list(self.lr)},
         )
+        configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
         dataset = self.load_data()
         num_samples = int(dataset.y_train.shape[0])
@@ -128,7 +129,14 @@ class FlRbcsf(RbcsfScenario, Training):
                 file=sys.stderr,
             )
         env, params = self.environment_params()
-        plan = Plan(env, params, configs, selection_size=self.m, per_run_bytes=0)
+        plan = Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.m,
+            per_run_bytes=0,
+            trackers=(fairness_queue(),),
+        )
         plan = self.federated_plan(
             plan, dataset, self.partitions(dataset.y_train, size), slots_of(self.clients)
         )
@@ -152,7 +160,8 @@ class FlCsUcbIdeal(WirelessScenario, Training):
     is least accurate). Training follows the paper, one SGD step a round on 2 samples at learning
     rate 0.001; ``--local-steps None --batch-size 10 --lr 0.1`` trains one FedAvg epoch instead
     (the word ``None`` is how the flag takes no value). τ_max is 0.5 s, not the paper's 5 s
-    (SPEC §2.2, §9); clients that exceed it fail and their updates are lost. The paper's size is
+    (docs/decisions.md#cs-ucb-tau-max); clients that exceed it fail and their updates are
+    lost. The paper's size is
     MNIST with τ_max = 5 s; the text gives no T for Fig. 2 (Fig. 3 uses 5000).
 
         python sweeps/fl_cs_ucb.py                                    # Fig. 2, about a minute
@@ -196,10 +205,7 @@ class FlCsUcbIdeal(WirelessScenario, Training):
         from jfl.sweep import config_table
 
         configs = config_table(
-            self.policies,
-            {},
-            fairness_target=0.0,
-            shared={"partition": [0], "learning_rate": list(self.lr)},
+            self.policies, {}, shared={"partition": [0], "learning_rate": list(self.lr)}
         )
         dataset = self.load_data()
         partition = make_partition("iid", dataset.y_train, self.clients, self.partition_seed)
@@ -221,7 +227,8 @@ class FlCsUcbQ(FairnessScenario, Training):
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
     of five digits and the other eight of one digit each (§V-B), and the guaranteed rates follow
     the data sizes, c_k = (N/2)·s_k / Σ s. Clients that exceed τ_max fail and their updates are
-    lost. τ_max is the fairness scenario's, not the paper's 5 s (SPEC §2.2, §9). Training
+    lost. τ_max is the fairness scenario's, not the paper's 5 s
+    (docs/decisions.md#cs-ucb-tau-max). Training
     follows the paper, one SGD step a round on 2 samples at learning rate 0.001; ``--local-steps
     None --batch-size 10 --lr 0.1`` trains one FedAvg epoch instead (the word ``None``).
 
@@ -297,7 +304,6 @@ class FlCsUcbQ(FairnessScenario, Training):
 
         def finish(ds):
             # Rate metrics are measured against each client's guaranteed rate c_k.
-            ds = ds.drop_vars("queue_rate")
             ds["queue_rate"] = (("config", "client"), rate)
             return ds
 
@@ -310,9 +316,10 @@ class FlCsUcbQ(FairnessScenario, Training):
             per_config={
                 "fairness": rate,
                 "availability": np.tile(availability, (rows, 1)),
-                "queue_rate": rate,
+                QUEUE_RATE: rate,
             },
             env_hparams=("availability",),
+            trackers=(fairness_queue(),),
             finish=finish,
         )
         return self.federated_plan(plan, dataset, [partition], slots_of(self.clients))
@@ -372,10 +379,7 @@ class FlCocs(HflScenario, Training):
 
         scenario = self.scenario()
         configs = config_table(
-            self.policies,
-            {},
-            fairness_target=0.0,
-            shared={**scenario, "partition": [0], "learning_rate": list(self.lr)},
+            self.policies, {}, shared={**scenario, "partition": [0], "learning_rate": list(self.lr)}
         )
         env, params = self.environment_params()
         dataset = self.load_data()

@@ -15,7 +15,8 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Plan, Sweep
-from jfl.experiments.common import check_hparams, check_policies
+from jfl.experiments.common import check_hparams, check_policies, with_queue_rate
+from jfl.trackers import fairness_queue
 
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
 
@@ -43,7 +44,7 @@ class RbcsfScenario(Sweep):
     p_available: float = 0.8
     """availability in [0, 1]"""
     eta_base: Literal["2", "e"] = "2"
-    """base of the log in η = log(1 + SNR): 2 (rate in bits, SPEC §9) or e (natural log)"""
+    """base of the log in η = log(1 + SNR): 2 (bits, docs/decisions.md) or e (natural log)"""
 
     environment: ClassVar[str] = "rbcsf"
 
@@ -115,16 +116,15 @@ class VBetaGrid(RbcsfScenario):
 
         env, params = self.environment_params()
         fixed = {"lam": self.lam, **self.bandit_hparams(params)}
-        configs = sweep.config_table(
-            self.policies, self.grid(), fixed=fixed, fairness_target=self.fairness_target
-        )
+        configs = sweep.config_table(self.policies, self.grid(), fixed=fixed)
         return Plan(
             env,
             params,
-            configs,
+            with_queue_rate(configs, self.fairness_target),
             selection_size=self.m,
             per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, self.trajectories),
             fixed=fixed,
+            trackers=(fairness_queue(),),
             metadata={"note": "queue_rate: β for RBCS-F, --fairness-target for policies without β"},
         )
 

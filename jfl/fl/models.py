@@ -8,7 +8,8 @@
 Inputs are f32[batch, H, W, C] (NHWC). The papers fix the layers but not the padding, which
 ``padding`` chooses for every convolution and 2×2 pool (stride 2) of a CNN:
 
-* ``"valid"`` (default, SPEC §9): LeNet's reading. A 5×5 convolution shrinks each side by 4 and
+* ``"valid"`` (default; docs/decisions.md#rbcsf-cnn-padding): LeNet's
+  reading. A 5×5 convolution shrinks each side by 4 and
   a pool halves it, rounding down: Fashion-MNIST 28×28×1 → 24 → 12 → 8 → 4, so the first dense
   layer takes 4·4·50 = 800 inputs; CIFAR-10 32×32×3 → 28 → 14 → 10 → 5, 5·5·64 = 1600 inputs.
   Small inputs are refused: the two conv/pool stages need at least 16×16

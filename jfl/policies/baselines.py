@@ -99,7 +99,8 @@ register(
         "random selection with per-run Dirichlet(γ₂) client weights (RBCS-F §6.2.2)",
     )
 )
-# FedCS selects every client that meets the deadline, not m of them (not capped, SPEC §9).
+# FedCS selects every client that meets the deadline, not m of them
+# (not capped: docs/decisions.md#rbcsf-fedcs).
 _DEADLINE = HParam(3.0, 0.0, low_open=True, help="deadline (s) on expected time τ*")
 register(
     PolicySpec(

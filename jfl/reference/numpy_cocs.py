@@ -1,6 +1,7 @@
 """NumPy (float64) reference of COCS (Qu et al., Alg. 1) and its per-pair CUCB and LinUCB.
 
-Written from the paper and SPEC §2.3/§3, independently of the JAX code, plainly rather than fast:
+Written from the paper and docs/reproductions/cocs.md, independently of the JAX code, plainly
+rather than fast:
 the ground truth of ``tests/policies/test_cocs.py`` (the paper's own baselines are in
 ``jfl.reference.numpy_cocs_baselines``) and the plain per-seed loop that a benchmark
 times against ``jfl``.
@@ -60,7 +61,8 @@ from jfl.reference.numpy_hfl import (
 )
 
 # The download-rate context is min-max scaled over [0, RATE_CONTEXT_SPAN · a / deadline] Mbit/s
-# (SPEC §2.3: fixed bounds derived from the parameters; the hfl environment's default).
+# (docs/decisions.md#cocs-scaling: fixed bounds derived from the parameters; the hfl
+# environment's default).
 RATE_CONTEXT_SPAN = 20.0
 
 
@@ -373,7 +375,7 @@ def cocs_numpy_loop(
     z: float = 0.4,
     preset: str = "mnist",
 ) -> CocsTrace:
-    """One seed of COCS on the hfl environment (SPEC §2.3, full coverage), one round at a time.
+    """One seed of COCS on the hfl environment (full coverage), one round at a time.
 
     The plain per-seed loop a benchmark times against jfl: its own ``np.random.default_rng(seed)``,
     prices p_n ~ U[0.5, 2] once, then per round (vectorised over clients and pairs) fresh

@@ -1,4 +1,5 @@
-"""NumPy (float64) reference of the ``hfl`` environment (COCS, Qu et al., §III and §VI; SPEC §2.3).
+"""NumPy (float64) reference of the ``hfl`` environment (COCS, Qu et al., §III and §VI;
+docs/reproductions/cocs.md#the-environment).
 
 Written from the paper and the spec, independently of the JAX code, plainly rather than fast.
 

@@ -3,7 +3,8 @@
 Written independently of the JAX code, for readability rather than speed: it is the ground truth
 of the test suite and the plain per-seed loop that the benchmark times against ``jfl``.
 
-Environment (SPEC §2.1), deterministic part: given per-round draws of the CPU ratio μ, the
+Environment (docs/reproductions/rbcsf.md#the-environment), deterministic part: given
+per-round draws of the CPU ratio μ, the
 bandwidth B, the availability I and the noise u (all [T, N]), the context of client n in round t
 is ``c = [1/μ, s, M/B]`` with the cold-start indicator ``s = 1 - x_{t-1}`` (1 for everyone in the
 first round), the expected exchange time ``τ* = c·θ*`` and the realised one ``τ = τ*(1 + u)``.
@@ -304,7 +305,8 @@ def simulate_rbcsf(
     """RBCS-F (Alg. 2) with a constant exploration α, one round at a time.
 
     Per client: H = λI, b = 0, Z = 0. Each round: θ̂ = H⁻¹b, τ̄ = max(c·θ̂ − α·sqrt(cᵀH⁻¹c), 0)
-    (eq. 19, clamped at 0 as SPEC §9 decides), x = P4 solution (``solver``, default the paper's
+    (eq. 19, clamped at 0: docs/decisions.md#rbcsf-clamp), x = P4 solution
+    (``solver``, default the paper's
     Algorithm 1, its ties by ``priority``: the run's random order of the clients), then
     Z ← max(Z + β − x, 0), H ← H + x·ccᵀ, b ← b + x·τ·c.
     """

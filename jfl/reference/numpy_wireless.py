@@ -3,7 +3,8 @@
 Written independently of the JAX code, plainly rather than fast: it is the ground truth of the
 test suite and the plain per-seed loop that a benchmark times against ``jfl``.
 
-Environment (SPEC §2.2, the paper's eqs. 4 and 32–36). Client k at distance d (metres) has the
+Environment (docs/reproductions/cs-ucb.md#the-environment, the paper's eqs. 4 and 32–36).
+Client k at distance d (metres) has the
 unit-gain SNR ``snr = 10^((p − σ² − PL)/10)`` with ``p = 23 dBm``, ``σ² = −107 dBm`` and
 ``PL = 128.1 + 37.6 log10(d / 1 km)`` (dB). Each round, with Rayleigh fading ``g ~ Exp(1)`` drawn
 independently for the downlink and the uplink and a computing speed ``φ_k ~ U[φ_lo_k, φ_hi_k]``::

@@ -24,6 +24,7 @@ from jfl.experiments.cocs import CocsHfl, attach_oracle, utility_metrics
 from jfl.policies import Policy
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
+from jfl.trackers import fairness_queue
 from tests.golden import check_golden
 
 TINY = dict(clients=8, servers=2, seeds=3, rounds=30, quiet=True)
@@ -288,8 +289,11 @@ def test_runner_reduces_client_to_server_actions_over_servers():
     def update(state, obs, action, feedback, hparams):
         return state + 1
 
-    run = jax.jit(make_run(env, params, Policy(init, select, update), rounds, trajectories=True))
-    out = run(jax.random.key(3), {}, rate)
+    queue = (fairness_queue(),)
+    run = make_run(
+        env, params, Policy(init, select, update), rounds, trajectories=True, trackers=queue
+    )
+    out = jax.jit(run)(jax.random.key(3), {"queue_rate": rate})
     jax.effects_barrier()
     assert sorted(recorded) == list(range(rounds))
     action = np.stack([recorded[t] for t in range(rounds)])  # [T, N, M]

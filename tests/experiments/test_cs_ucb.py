@@ -137,7 +137,7 @@ def test_configs_group_rows_by_channels():
         (1, "cs_ucb"), (1, "random"), (3, "cs_ucb"), (3, "random"),
     ]  # fmt: skip
     table = BetaRhoGrid(beta=(0.1, 0.2), rho=(0.5, 1.0)).configs()
-    assert list(table.columns) == ["policy", "N", "rho", "beta", "queue_rate"]
+    assert list(table.columns) == ["policy", "N", "rho", "beta"]
     assert len(table) == 4 and (table["N"] == 2).all()
 
 

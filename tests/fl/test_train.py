@@ -475,7 +475,6 @@ def digits():
     num_configs = len(DIGIT_HPARAMS["learning_rate"])
     hparams = {k: np.full(num_configs, v, np.float32) for k, v in spec.defaults().items()}
     hparams.update(DIGIT_HPARAMS)
-    rate = np.zeros(num_configs, np.float32)
     keys = seed_keys(0, DIGIT_SEEDS)
     batched = make_batched_run(run, data)
     return {
@@ -488,9 +487,8 @@ def digits():
         "run": run,
         "batched": batched,
         "hparams": hparams,
-        "rate": rate,
         "keys": keys,
-        "out": batched(keys, hparams, rate),
+        "out": batched(keys, hparams),
     }
 
 
@@ -502,16 +500,14 @@ def single_partition(digits):
     names = ("env", "env_params", "policy", "learner", "hparams", "keys", "data")
     env, env_params, policy, learner, hparams, keys, data = (digits[k] for k in names)
     run = make_run(env, env_params, policy, ROUNDS, learner=learner, eval_every=2 * EVAL_EVERY)
-    over_seeds = jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))
+    over_seeds = jax.jit(jax.vmap(run, in_axes=(0, None, None)))
     config = {k: v[0] for k, v in hparams.items()}
     config["partition"] = np.int32(0)
-    return {
-        p: fields(over_seeds(keys, config, np.float32(0), only_partition(data, p))) for p in (0, 1)
-    }
+    return {p: fields(over_seeds(keys, config, only_partition(data, p))) for p in (0, 1)}
 
 
 def fields(out):
-    return {k: np.asarray(v) for k, v in out._asdict().items() if v is not None}
+    return {k: np.asarray(v) for k, v in out.arrays().items() if v is not None}
 
 
 def test_runner_learns_digits(digits):
@@ -577,12 +573,12 @@ def assert_same_run(actual: dict, expected: dict, label=""):
 def test_seed_and_configuration_batching_invariance(digits):
     """Each (configuration, seed) run alone gives what it gives in the batch of 3 × 4, and
     what it gives next to other configurations."""
-    batched, hparams, rate, keys = (digits[k] for k in ("batched", "hparams", "rate", "keys"))
+    batched, hparams, keys = (digits[k] for k in ("batched", "hparams", "keys"))
     together = fields(digits["out"])
     for c in range(3):
         one = {k: v[c : c + 1] for k, v in hparams.items()}
         for s in range(len(DIGIT_SEEDS)):
-            alone = fields(batched(keys[s : s + 1], one, rate[c : c + 1]))
+            alone = fields(batched(keys[s : s + 1], one))
             alone = {k: v[0, 0] for k, v in alone.items()}
             assert_same_run({k: v[c, s] for k, v in together.items()}, alone, f"{c}/{s}")
     # Configuration 0 next to other learning rates and partitions.
@@ -591,7 +587,7 @@ def test_seed_and_configuration_batching_invariance(digits):
         "learning_rate": np.array([0.5, 0.9, 0.05], np.float32),
         "partition": np.array([0, 1, 1], np.int32),
     }
-    mixed = fields(batched(keys, others, rate))
+    mixed = fields(batched(keys, others))
     assert_same_run({k: v[0] for k, v in together.items()}, {k: v[0] for k, v in mixed.items()})
     assert not np.array_equal(together["accuracy"][1], mixed["accuracy"][1])
 
@@ -600,10 +596,10 @@ def test_learner_does_not_change_selections(digits):
     plain = make_batched_run(
         make_run(digits["env"], digits["env_params"], digits["policy"], ROUNDS)
     )
-    without = fields(plain(digits["keys"], digits["hparams"], digits["rate"]))
+    without = fields(plain(digits["keys"], digits["hparams"]))
     with_fl = fields(digits["out"])
     assert {"selection_count", "round_time"} <= without.keys()
-    for name, value in without.items():  # selections, round times, queues: all of them
+    for name, value in without.items():  # selections, round times: all of them
         np.testing.assert_array_equal(with_fl[name], value, name)
 
 
@@ -864,7 +860,7 @@ def local_accuracy_run(digits):
     run = make_run(env, env_params, policy, LA_ROUNDS, learner=learner, trajectories=True)
     hparams = {"learning_rate": np.float32(0.5), "partition": np.int32(0)}
     key = digits["keys"][0]
-    out = fields(jax.jit(run)(key, hparams, np.float32(0), digits["data"]))
+    out = fields(jax.jit(run)(key, hparams, digits["data"]))
     return {"out": out, "hparams": hparams, "key": key}
 
 

@@ -602,12 +602,11 @@ def test_cocs_batch_invariance():
         "h_T": np.array([5.0, 2.0, 1.0, 10.0], np.float32),
         "z": np.array([0.4, 0.1, 0.25, 1.0], np.float32),
     }
-    rate = np.zeros(4, np.float32)
-    out_batch = run(keys, batch, rate)
+    out_batch = run(keys, batch)
     for c in (1, 3):
         alone = {k: np.repeat(v[c : c + 1], 4) for k, v in batch.items()}
-        out_alone = run(keys, alone, rate)
-        for field, value in out_alone._asdict().items():
+        out_alone = run(keys, alone)
+        for field, value in out_alone.arrays().items():
             if value is not None:
                 np.testing.assert_array_equal(
                     np.asarray(getattr(out_batch, field))[c], np.asarray(value)[0], err_msg=field

@@ -248,14 +248,14 @@ def test_policy_refuses_a_context_of_another_dimension(name):
     run = make_run(HflEnv(), params, policy, 3)
     hparams = {k: jnp.float32(v) for k, v in get(name).defaults().items()}
     with pytest.raises(ValueError, match=r"context_dim=2.*context_dim=4"):
-        jax.eval_shape(run, jax.random.key(0), hparams, jnp.float32(0))
+        jax.eval_shape(run, jax.random.key(0), hparams)
 
 
 def test_policy_refuses_another_number_of_servers():
     policy = get("random_budget").build(6, 3)
     run = make_run(HflEnv(), make_params(6, 2), policy, 3)
     with pytest.raises(ValueError, match="6 clients and 3 edge servers"):
-        jax.eval_shape(run, jax.random.key(0), {}, jnp.float32(0))
+        jax.eval_shape(run, jax.random.key(0), {})
 
 
 @pytest.mark.parametrize("name", ["cucb", "linucb"])
@@ -267,11 +267,10 @@ def test_batch_invariance(name):
     run = make_batched_run(make_run(HflEnv(), params, spec.build(6, 2), 20))
     keys = seed_keys(4, range(2))
     batch = {k: np.array([v, v * 0.5, v * 2], np.float32) for k, v in spec.defaults().items()}
-    rate = np.zeros(3, np.float32)
-    out_batch = run(keys, batch, rate)
+    out_batch = run(keys, batch)
     alone = {k: np.repeat(v[1:2], 3) for k, v in batch.items()}
-    out_alone = run(keys, alone, rate)
-    for field, value in out_alone._asdict().items():
+    out_alone = run(keys, alone)
+    for field, value in out_alone.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(
                 np.asarray(getattr(out_batch, field))[1], np.asarray(value)[0], err_msg=field

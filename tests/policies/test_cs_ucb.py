@@ -31,6 +31,7 @@ from jfl.reference import (
     wireless_numpy_loop,
 )
 from jfl.runner import make_batched_run, make_run, seed_keys
+from jfl.trackers import fairness_queue
 
 NUM_ROUNDS = 120
 SHAPES = [(5, 1), (4, 4), (12, 5)]  # (K, N): N = 1, N = K, N ∤ K
@@ -345,8 +346,16 @@ RUNNER_ALPHA = [1.0, 0.6, 0.2]
 def batched_run(name, env_cls=CountingEnv, num_clients=RUNNER_K, m=RUNNER_N):
     params = make_params(num_clients, tau_max=0.2)
     policy = jfl.policies.get(name).build(num_clients, m)
+    # CS-UCB-Q's own queue: the fairness queue at its c.
+    queue = (fairness_queue("fairness"),) if name == "cs_ucb_q" else ()
     run = make_run(
-        env_cls(), params, policy, RUNNER_T, trajectories=True, env_hparams=("availability",)
+        env_cls(),
+        params,
+        policy,
+        RUNNER_T,
+        trajectories=True,
+        env_hparams=("availability",),
+        trackers=queue,
     )
     return make_batched_run(run)
 
@@ -368,14 +377,15 @@ def runner_outputs():
     """Each policy's batched run over RUNNER_ALPHA (3 seeds): CS-UCB-Q by its own compiled
     program (which the batch-invariance test calls again), the others under one jit."""
     keys = seed_keys(0, range(3))
-    queue_rate = jnp.full(len(RUNNER_ALPHA), 0.1, jnp.float32)
     hparams = {name: runner_hparams(name, RUNNER_ALPHA) for name in RUNNER_POLICIES}
     others = [name for name in RUNNER_POLICIES if name != "cs_ucb_q"]
     runs = {name: batched_run(name) for name in others}
     out = jax.jit(
-        lambda hparams: {name: runs[name](keys, hparams[name], queue_rate) for name in others}
+        lambda hparams: {
+            name: runs[name](keys, hparams[name], len(RUNNER_ALPHA)) for name in others
+        }
     )({name: hparams[name] for name in others})
-    out["cs_ucb_q"] = batched_run("cs_ucb_q")(keys, hparams["cs_ucb_q"], queue_rate)
+    out["cs_ucb_q"] = batched_run("cs_ucb_q")(keys, hparams["cs_ucb_q"])
     return out
 
 
@@ -412,9 +422,10 @@ def test_cs_ucb_q_batch_invariance():
         "availability": np.array([0.9, 0.8, 0.5], np.float32),
     }
     alone = {name: value[1:2] for name, value in batch.items()}
-    out_batch = run(keys, batch, batch["fairness"])
-    out_alone = run(keys, alone, alone["fairness"])
-    for field, value in out_alone._asdict().items():
+    out_batch = run(keys, batch)
+    out_alone = run(keys, alone)
+    assert out_alone.final_queue is not None
+    for field, value in out_alone.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(
                 np.asarray(getattr(out_batch, field))[1], np.asarray(value)[0], err_msg=field

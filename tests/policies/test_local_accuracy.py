@@ -154,7 +154,7 @@ def test_a_learner_without_the_signal_is_refused():
 def test_policy_grid_without_a_learner_names_the_policy():
     from jfl.sweep import run_policy_grid
 
-    configs = pd.DataFrame({"policy": ["local_accuracy"], "queue_rate": [0.0]})
+    configs = pd.DataFrame({"policy": ["local_accuracy"]})
     with pytest.raises(ValueError, match=r"^policy 'local_accuracy' reads \['local_accuracy'\]"):
         run_policy_grid(
             WirelessEnv(),
