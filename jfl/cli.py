@@ -42,9 +42,12 @@ def _floats_from_args(args) -> tuple[float, ...]:
         raise ValueError(str(err).removeprefix("--value: ")) from None
 
 
-def _gamma_from_args(args) -> tuple[float, ...]:
-    """Numbers > 0 or ``iid`` (γ → ∞)."""
-    return tuple(parse_gamma(_joined(args)))
+def _concentrations_from_args(args) -> tuple[float, ...]:
+    """Numbers > 0 or ``iid`` (the concentration's → ∞ limit)."""
+    try:
+        return tuple(parse_concentrations(_joined(args), "value"))
+    except ValueError as err:  # tyro names the flag: keep only what is wrong
+        raise ValueError(str(err).removeprefix("value").lstrip(": ")) from None
 
 
 def _names_from_args(args) -> tuple[str, ...]:
@@ -71,14 +74,19 @@ def _list_constructor(from_args, metavar: str, number: bool):
 
 # List flags: ``1,10,20``, ``1 10 20`` or ``start:stop:count``.
 Floats = Annotated[tuple[float, ...], _list_constructor(_floats_from_args, "LIST", True)]
-# Concentrations γ > 0 with ``iid`` for the IID limit (stored as inf).
-Concentrations = Annotated[tuple[float, ...], _list_constructor(_gamma_from_args, "LIST|iid", True)]
+# Dirichlet concentrations > 0 with ``iid`` for the IID limit (stored as inf).
+Concentrations = Annotated[
+    tuple[float, ...], _list_constructor(_concentrations_from_args, "LIST|iid", True)
+]
 # Comma- or space-separated names (policies).
 Names = Annotated[tuple[str, ...], _list_constructor(_names_from_args, "NAMES", False)]
 
 
-def parse_gamma(text: str, name: str = "--gamma1") -> list[float]:
-    """``"1,10,iid"`` → [1.0, 10.0, inf] (IID is the γ → ∞ limit)."""
+def parse_concentrations(text: str, name: str) -> list[float]:
+    """``"1,10,iid"`` → [1.0, 10.0, inf]: Dirichlet concentrations, IID being the limit → ∞.
+
+    ``name`` (the flag) heads the error messages.
+    """
     values = []
     for item in (v.strip() for v in str(text).split(",")):
         if not item:

@@ -1,6 +1,6 @@
 """One driver for every sweep: a typed config in, results on disk out.
 
-An experiment is a frozen dataclass deriving from :class:`Sweep` (the execution and output
+An experiment is a frozen dataclass deriving from :class:`Experiment` (the execution and output
 settings every sweep shares) that adds its own fields and implements ``plan()``: the Python-side
 setup (environment, configuration table, traced per-configuration arrays, learner, dataset
 hooks) as a :class:`Plan`. :func:`run` then does the same for every experiment:
@@ -53,7 +53,7 @@ EXECUTION_ONLY = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Sweep:
+class Experiment:
     """Execution and output settings shared by every sweep."""
 
     seeds: int = 64
@@ -181,7 +181,7 @@ class Plan:
 
 @dataclasses.dataclass
 class Result:
-    config: Sweep
+    config: Experiment
     dataset: Any  # xarray.Dataset
     summary: pd.DataFrame
     out: Path
@@ -210,7 +210,7 @@ CPU_BATCH = 1024
 CPU_MEMORY_BUDGET = 1024.0
 
 
-def memory_budget_bytes(config: Sweep) -> int:
+def memory_budget_bytes(config: Experiment) -> int:
     """``--memory-budget`` in bytes: given, or half an accelerator's free memory, or 1 GiB."""
     from jfl import sweep
 
@@ -219,7 +219,7 @@ def memory_budget_bytes(config: Sweep) -> int:
     return sweep.device_memory_budget() or int(CPU_MEMORY_BUDGET * 2**20)
 
 
-def chunk_size(config: Sweep, plan: Plan, stored: int | None = None) -> int:
+def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int:
     """``--chunk-size`` as an int: given, the size of the sweep being resumed (``stored``, so
     that its chunks are the same), or the most configurations fitting the budget."""
     import jax
@@ -245,7 +245,7 @@ def chunk_size(config: Sweep, plan: Plan, stored: int | None = None) -> int:
 
 
 def per_run_outputs(
-    config: Sweep, dims: Mapping[str, tuple[str, ...]], trackers: tuple = ()
+    config: Experiment, dims: Mapping[str, tuple[str, ...]], trackers: tuple = ()
 ) -> tuple[str, ...]:
     """The outputs a reduced sweep keeps for every run: the per-round ones with
     ``--per-run-rounds``, the trajectories (the runner's and the trackers') with
@@ -260,7 +260,7 @@ def per_run_outputs(
     )
 
 
-def run(config: Sweep) -> Result:
+def run(config: Experiment) -> Result:
     """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
     import jax
 
@@ -315,7 +315,7 @@ def run(config: Sweep) -> Result:
         plan.env_params,
         plan.configs,
         num_clients=plan.env_params.num_clients,
-        m=plan.selection_size,
+        selection_size=plan.selection_size,
         num_rounds=config.rounds,
         seeds=seeds,
         base_seed=config.base_seed,
@@ -364,7 +364,7 @@ def run(config: Sweep) -> Result:
     return Result(config, ds, summary, out, wall)
 
 
-def _labelled(config: Sweep, plan: Plan, outputs, dims, seeds, keep):
+def _labelled(config: Experiment, plan: Plan, outputs, dims, seeds, keep):
     """The labelled dataset and the summary table of a finished sweep's outputs."""
     from jfl import reduction, results
 

@@ -114,12 +114,14 @@ def policy_hparams(name: str, rows: pd.DataFrame, fixed: Mapping[str, float] | N
 # --------------------------------------------------------------------------- chunking
 
 
-def bytes_per_run(num_rounds: int, num_clients: int, m: int, trajectories: bool) -> int:
+def bytes_per_run(
+    num_rounds: int, num_clients: int, selection_size: int, trajectories: bool
+) -> int:
     """Rough upper bound of device memory one (config, seed) run needs, outputs included."""
     outputs = 4 * 4 * num_rounds + 8 * num_clients
     if trajectories:
         outputs += 5 * num_rounds * num_clients
-    working = 4 * (24 * num_clients + 8 * num_clients**2 + 2 * num_clients * m)
+    working = 4 * (24 * num_clients + 8 * num_clients**2 + 2 * num_clients * selection_size)
     return 2 * (outputs + working)  # ×2: double-buffered outputs and XLA temporaries
 
 
@@ -502,7 +504,7 @@ def run_policy_grid(
     configs: pd.DataFrame,
     *,
     num_clients: int,
-    m: int | str,
+    selection_size: int | str,
     num_rounds: int,
     seeds: Sequence[int],
     base_seed: int = 0,
@@ -530,7 +532,7 @@ def run_policy_grid(
     ([config, seed, ...]), which go to ``store`` chunk by chunk (``ChunkStore.save_per_run``;
     read them back with ``per_run_chunks``) instead of being returned, when there is a store.
 
-    One compiled program per policy and selection size ``m`` (an int, or the name of a config
+    One compiled program per policy and ``selection_size`` (an int, or the name of a config
     column holding it per row); each group's rows must be contiguous. ``per_config`` holds extra
     per-configuration arrays (leading axis ``len(configs)``): hyperparameters that are vectors,
     such as a fairness vector c [C, N]. ``trackers`` (``jfl.trackers``) are kept in every run;
@@ -540,10 +542,10 @@ def run_policy_grid(
     seed (``jfl.runner.make_batched_run``'s ``seed_hparams``). ``env_hparams`` names environment
     fields taken from the hyperparameters (see ``jfl.runner.make_run``).
 
-    Federated runs: ``learner(policy_name, m)`` builds each group's learner (its training slots
-    can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run reads, and
-    ``eval_every`` the evaluation period in rounds. ``layout`` shares the chunks among the
-    processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
+    Federated runs: ``learner(policy_name, selection_size)`` builds each group's learner (its
+    training slots can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run
+    reads, and ``eval_every`` the evaluation period in rounds. ``layout`` shares the chunks among
+    the processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
     """
     from jfl.reduction import make_reducer
     from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
@@ -564,8 +566,8 @@ def run_policy_grid(
         if name not in configs:
             raise ValueError(f"a tracker reads {name!r}: give it as a column or per_config")
         per_config[name] = configs[name].to_numpy()
-    sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
-    groups = policy_groups(configs, m)
+    sizes = _sizes(configs, selection_size)
+    groups = policy_groups(configs, selection_size)
     bounds = [(g.start, g.stop) for g in groups]
     reducer = None
     if reduce:
@@ -633,24 +635,35 @@ def run_policy_grid(
 
 
 class Group(NamedTuple):
-    """The contiguous rows of ``configs`` that share one compiled program (policy and m)."""
+    """The contiguous rows of ``configs`` that share one compiled program (policy and selection
+    size)."""
 
     label: str  # its chunks' folder in the store
     start: int
     stop: int
 
 
-def policy_groups(configs: pd.DataFrame, m: int | str) -> list[Group]:
-    """The (policy, m) groups of ``configs``, in order; each group's rows must be contiguous."""
-    sizes = configs[m].to_numpy() if isinstance(m, str) else np.full(len(configs), m)
+def _sizes(configs: pd.DataFrame, selection_size: int | str) -> np.ndarray:
+    """Every row's selection size: the int, or the column it names."""
+    if isinstance(selection_size, str):
+        return configs[selection_size].to_numpy()
+    return np.full(len(configs), selection_size)
+
+
+def policy_groups(configs: pd.DataFrame, selection_size: int | str) -> list[Group]:
+    """The (policy, selection size) groups of ``configs``, in order; each group's rows must be
+    contiguous."""
+    sizes = _sizes(configs, selection_size)
     keys = pd.Series(list(zip(configs["policy"], sizes, strict=True))).to_numpy()
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     if pd.Series(keys[starts]).duplicated().any():
-        raise ValueError("configs must list each (policy, m) group's rows contiguously")
+        raise ValueError(
+            "configs must list each (policy, selection size) group's rows contiguously"
+        )
     groups = []
     for start, stop in zip(starts, [*starts[1:], len(configs)], strict=True):
         name, size = configs["policy"].iloc[start], int(sizes[start])
-        label = name if isinstance(m, int | np.integer) else f"{name}-m{size}"
+        label = name if isinstance(selection_size, int | np.integer) else f"{name}-m{size}"
         groups.append(Group(label, int(start), int(stop)))
     return groups
 
@@ -660,10 +673,10 @@ def group_chunk_size(chunk_size: int, num_configs: int) -> int:
     return min(chunk_size, round_up(num_configs, jax.local_device_count()))
 
 
-def per_run_chunks(configs: pd.DataFrame, m: int | str, chunk_size: int):
+def per_run_chunks(configs: pd.DataFrame, selection_size: int | str, chunk_size: int):
     """``(label, chunk index, first row, stop row)`` of every chunk ``run_policy_grid`` stores,
     rows counted over the whole ``configs`` table (to read the per-run values back in order)."""
-    for group in policy_groups(configs, m):
+    for group in policy_groups(configs, selection_size):
         size = group_chunk_size(chunk_size, group.stop - group.start)
         bounds = chunk_bounds(group.stop - group.start, size, jax.local_device_count())
         for index, (start, stop) in enumerate(bounds):

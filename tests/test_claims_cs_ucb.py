@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from jfl.envs import WirelessEnv
-from jfl.envs.wireless import PRESET_SETTINGS, make_params, preset_params
+from jfl.envs.wireless import make_params, preset_params
+from jfl.experiments import CsUcbQFairness
 from jfl.experiments.cs_ucb import seed_benchmarks
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
@@ -26,7 +27,7 @@ from jfl.stats import mean_ci
 from jfl.trackers import fairness_queue
 
 FAST_SEEDS, SLOW_SEEDS = 16, 64
-FAIRNESS = np.asarray(PRESET_SETTINGS["fairness"]["fairness"])  # c = (0.6, 0.5, 0.4)
+FAIRNESS = np.asarray(CsUcbQFairness.fairness)  # c = (0.6, 0.5, 0.4), the experiment's default
 MC_SAMPLES = 20_000
 
 

@@ -15,9 +15,11 @@ from scipy import stats
 
 from jfl.envs import RbcsfEnv
 from jfl.envs.rbcsf import PAPER_CLASSES
+from jfl.experiments.common import with_queue_rate
 from jfl.results import run_metrics, to_dataset
 from jfl.stats import mean_ci
 from jfl.sweep import config_table, run_policy_grid
+from jfl.trackers import fairness_queue
 
 VS = (1.0, 10.0, 50.0)
 
@@ -27,10 +29,12 @@ def _paper_run(num_seeds, eta_base):
         ["rbcsf", "random", "fedcs"],
         {"V": list(VS), "beta": [0.15], "alpha": [0.1], "deadline": [3.0]},
     )
+    configs = with_queue_rate(configs, 0.15)  # β = 0.15: RBCS-F's own queue, the same for all
     env = RbcsfEnv()
     outputs = run_policy_grid(
-        env, env.default_params(eta_base=eta_base), configs, num_clients=40, m=8, num_rounds=500,
-        seeds=np.arange(num_seeds), base_seed=2024, chunk_size=len(VS), show_progress=False,
+        env, env.default_params(eta_base=eta_base), configs, num_clients=40, selection_size=8,
+        num_rounds=500, seeds=np.arange(num_seeds), base_seed=2024, chunk_size=len(VS),
+        show_progress=False, trackers=(fairness_queue(),),
     )  # fmt: skip
     return to_dataset(outputs, configs, np.arange(num_seeds))
 

@@ -66,10 +66,10 @@ def test_concentrations_take_iid_as_infinity():
     config = cli.parse(FlRbcsf, ["--gamma1", "1,10,iid"], prog="prog")
     assert config.gamma1 == (1.0, 10.0, math.inf)
     assert cli.parse(FlRbcsf, ["--gamma1", "0.5", "IID"], prog="prog").gamma1 == (0.5, math.inf)
-    assert cli.parse_gamma("2, iid") == [2.0, math.inf]
+    assert cli.parse_concentrations("2, iid", "--gamma1") == [2.0, math.inf]
     for bad, message in (("0", "must be > 0"), ("x", "expected numbers > 0 or 'iid'"), ("", "no")):
         with pytest.raises(ValueError, match=message):
-            cli.parse_gamma(bad, "--gamma1")
+            cli.parse_concentrations(bad, "--gamma1")
 
 
 def test_booleans_have_a_no_form():

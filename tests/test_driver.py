@@ -1,7 +1,7 @@
 """The driver: adding an experiment is one module, and a sweep directory is reused or completed.
 
 ``RandomFairness`` below is a whole new experiment (it is also the README's example): a frozen
-dataclass deriving from :class:`jfl.driver.Sweep` with its own settings, ``plan()``,
+dataclass deriving from :class:`jfl.driver.Experiment` with its own settings, ``plan()``,
 ``metrics()`` and ``figures()``. ``jfl.driver.run`` runs it, and ``jfl.cli.main`` gives it a
 command line whose flags are its fields. The remaining tests use it, the cheapest sweep there
 is, to check what the driver does with an output directory.
@@ -19,13 +19,13 @@ import pytest
 
 from jfl import checks, cli, driver, plots, sweep
 from jfl.cli import Floats
-from jfl.driver import Plan, Sweep
+from jfl.driver import Experiment, Plan
 from jfl.envs import RbcsfEnv
 from jfl.trackers import fairness_queue
 
 
 @dataclasses.dataclass(frozen=True)
-class RandomFairness(Sweep):
+class RandomFairness(Experiment):
     """Random selection of m clients: how far it misses guaranteed selection rates."""
 
     target: Floats = (0.2, 0.4)

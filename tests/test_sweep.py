@@ -284,7 +284,14 @@ def test_run_policy_grid_checks_groups_and_per_config_rows_first(tmp_path):
     env = WirelessEnv()
     params = make_params(3)
     configs = pd.DataFrame({"policy": ["random"] * 3, "N": [1, 2, 1]})
-    common = dict(num_clients=3, m="N", num_rounds=5, seeds=[0], chunk_size=1, show_progress=False)
+    common = dict(
+        num_clients=3,
+        selection_size="N",
+        num_rounds=5,
+        seeds=[0],
+        chunk_size=1,
+        show_progress=False,
+    )
     with pytest.raises(ValueError, match="contiguously"):
         run_policy_grid(env, params, configs, **common)
     with pytest.raises(ValueError, match=r"per_config\['fairness'\] needs 3 rows"):

@@ -55,16 +55,6 @@ PRESETS = {
     },
 }
 
-# What the paper's experiments use with each preset besides the environment itself.
-PRESET_SETTINGS = {
-    "ideal": {"num_channels": 5},
-    "fairness": {
-        "num_channels": 2,
-        "fairness": (0.6, 0.5, 0.4),
-        "samples": (1500.0, 1000.0, 500.0),  # s_k, for fairness vectors c_k ∝ ρ s_k / Σ s
-    },
-}
-
 
 @struct.dataclass
 class WirelessParams:

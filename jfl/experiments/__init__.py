@@ -1,6 +1,6 @@
 """The papers' experiments as typed, frozen configs on top of the generic library.
 
-Each experiment is a :class:`jfl.driver.Sweep` with the paper's defaults, its own metrics and
+Each experiment is a :class:`jfl.driver.Experiment` with the paper's defaults, its own metrics and
 figures; ``jfl.driver.run(config)`` runs it and ``sweeps/<name>.py`` is its command line. Nothing
 in the generic library imports this package.
 """

@@ -16,7 +16,7 @@ import numpy as np
 
 from jfl import checks
 from jfl.cli import Floats, Names
-from jfl.driver import Plan, Sweep
+from jfl.driver import Experiment, Plan
 from jfl.experiments.common import check_hparams, check_policies
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
@@ -71,7 +71,7 @@ def utility_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class HflScenario(Sweep):
+class HflScenario(Experiment):
     """The ``hfl`` environment with Table I's presets, budgets and deadlines."""
 
     policies: Names = ("cocs", "oracle", "linucb", "cucb", "random_budget")

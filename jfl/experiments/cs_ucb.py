@@ -20,7 +20,7 @@ import pandas as pd
 
 from jfl import checks
 from jfl.cli import Floats, Names
-from jfl.driver import Plan, Sweep
+from jfl.driver import Experiment, Plan
 from jfl.experiments.common import check_hparams, check_policies
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
@@ -70,7 +70,7 @@ def scenario_vectors(
 
 def check_scenarios(configs: pd.DataFrame, fairness, availability, sizes) -> None:
     """``regret.check_fairness`` for every distinct (c, α, N); the error names the configuration."""
-    from jfl import regret
+    from jfl.experiments import regret
 
     seen = set()
     for row, (c, alpha, n) in enumerate(zip(fairness, availability, sizes, strict=True)):
@@ -114,8 +114,8 @@ def seed_benchmarks(
     """
     import jax
 
-    from jfl import regret
     from jfl.envs.wireless import reward_statistics
+    from jfl.experiments import regret
 
     if kind not in BENCHMARKS:
         raise ValueError(f"benchmark must be one of {BENCHMARKS}, got {kind!r}")
@@ -291,7 +291,7 @@ def check_channel_list(channels, clients: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class WirelessScenario(Sweep):
+class WirelessScenario(Experiment):
     """A sweep of the ``wireless`` environment (the CS-UCB family's policies)."""
 
     policies: Names = ("cs_ucb", "random", "round_robin")

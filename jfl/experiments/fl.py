@@ -1,6 +1,6 @@
 """Federated training whose clients the papers' policies choose: RBCS-F §6.2, Xia Figs. 2 and 6,
 Qu Table II. Each experiment is its paper's scenario (environment, policies, grid) plus the
-training settings of :class:`jfl.fl.sweep.Training`.
+training settings of :class:`jfl.experiments.training.FederatedTraining`.
 
 Xia et al. train with "the SGD method ..., where the mini-batch size ρ is 2 and the learning
 rate is 0.001" (§V-A), ρ being the samples of one round's local update (eq. 36, τ_LU = ρ/φ): one
@@ -25,7 +25,7 @@ from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
 from jfl.experiments.cs_ucb import FairnessScenario, WirelessScenario, regret_metrics
 from jfl.experiments.rbcsf import RbcsfScenario
-from jfl.fl.sweep import ACCURACY_COLUMNS, Training, write_figures
+from jfl.experiments.training import ACCURACY_COLUMNS, FederatedTraining, write_figures
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
@@ -40,7 +40,7 @@ def slots_of(num_clients: int):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlRbcsf(RbcsfScenario, Training):
+class FlRbcsf(RbcsfScenario, FederatedTraining):
     """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
 
     The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
@@ -149,7 +149,7 @@ class FlRbcsf(RbcsfScenario, Training):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbIdeal(WirelessScenario, Training):
+class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
     """Federated training with CS-UCB and its baselines choosing the clients (Xia Fig. 2).
 
     The ideal scenario of §V-B: K = 20 always-available clients in a 500 m disc (a fresh layout
@@ -221,7 +221,7 @@ class FlCsUcbIdeal(WirelessScenario, Training):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbQ(FairnessScenario, Training):
+class FlCsUcbQ(FairnessScenario, FederatedTraining):
     """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
 
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
@@ -275,8 +275,8 @@ class FlCsUcbQ(FairnessScenario, Training):
 
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
+        from jfl.experiments.regret import check_fairness
         from jfl.fl.partition import make_partition
-        from jfl.regret import check_fairness
         from jfl.sweep import config_table
 
         configs = config_table(
@@ -332,7 +332,7 @@ class FlCsUcbQ(FairnessScenario, Training):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCocs(HflScenario, Training):
+class FlCocs(HflScenario, FederatedTraining):
     """Hierarchical federated training with COCS and its baselines choosing the clients (Qu
     Table II and Fig. 4a).
 

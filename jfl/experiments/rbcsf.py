@@ -14,7 +14,7 @@ import numpy as np
 
 from jfl import checks
 from jfl.cli import Floats, Names
-from jfl.driver import Plan, Sweep
+from jfl.driver import Experiment, Plan
 from jfl.experiments.common import check_hparams, check_policies, with_queue_rate
 from jfl.trackers import fairness_queue
 
@@ -22,7 +22,7 @@ SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
 
 
 @dataclasses.dataclass(frozen=True)
-class RbcsfScenario(Sweep):
+class RbcsfScenario(Experiment):
     """The ``rbcsf`` environment (§6.1) and the RBCS-F family's grid."""
 
     policies: Names = ("rbcsf", "random", "fedcs")

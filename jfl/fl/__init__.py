@@ -5,14 +5,21 @@
 * ``jfl.fl.partition`` — IID, Dirichlet(γ₁), two labels per client, the CS-UCB-Q split;
 * ``jfl.fl.models`` — logistic regression and the papers' CNNs (Flax linen);
 * ``jfl.fl.train`` — local SGD vmapped over the selected clients, FedAvg and its hierarchical
-  variant, as a ``Learner`` that ``jfl.runner.make_run(..., learner=...)`` drives;
-* ``jfl.fl.sweep`` — the pipeline behind ``sweeps/fl_*.py``.
+  variant, as a ``Learner`` that ``jfl.runner.make_run(..., learner=...)`` drives.
+
+The experiments' training settings (``sweeps/fl_*.py``) are ``jfl.experiments.training``.
 """
 
 from jfl.fl.data import DATASETS, Dataset, DatasetError, load_dataset
 from jfl.fl.models import MODELS, init_params, make_model
-from jfl.fl.partition import PARTITIONS, ClientData, Partition, make_partition, stack_clients
-from jfl.fl.sweep import federated_data
+from jfl.fl.partition import (
+    PARTITIONS,
+    ClientData,
+    Partition,
+    federated_data,
+    make_partition,
+    stack_clients,
+)
 from jfl.fl.train import FederatedData, Learner, local_sgd, make_learner, weighted_average
 
 __all__ = [

@@ -21,9 +21,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jfl.fl.data import Dataset
+    from jfl.fl.train import FederatedData
 
 
 class Partition(NamedTuple):
@@ -350,3 +355,23 @@ def stack_clients(x, y, partition: Partition, pad_to: int | None = None) -> Clie
     xs = np.where(sample_mask, x[safe].astype(np.float32), np.float32(0))
     ys = np.where(mask, y[safe].astype(np.int32), np.int32(0))
     return ClientData(x=xs, y=ys, mask=mask, count=count)
+
+
+def federated_data(dataset: Dataset, partitions: Sequence[Partition]) -> FederatedData:
+    """Stack the clients' data of every partition, padded to one size, as device arrays."""
+    import jax.numpy as jnp
+
+    from jfl.fl.train import FederatedData
+
+    if not partitions:
+        raise ValueError("give at least one partition")
+    width = max(max(int(np.max(p.count, initial=0)) for p in partitions), 1)
+    stacked = [stack_clients(dataset.x_train, dataset.y_train, p, pad_to=width) for p in partitions]
+    return FederatedData(
+        x=jnp.asarray(np.stack([c.x for c in stacked])),
+        y=jnp.asarray(np.stack([c.y for c in stacked])),
+        mask=jnp.asarray(np.stack([c.mask for c in stacked])),
+        count=jnp.asarray(np.stack([c.count for c in stacked])),
+        x_test=jnp.asarray(dataset.x_test),
+        y_test=jnp.asarray(dataset.y_test),
+    )

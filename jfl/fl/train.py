@@ -434,3 +434,39 @@ def make_learner(
         signals=signals,
         provides=LEARNER_SIGNALS,
     )
+
+
+def model_footprint(model, sample_shape) -> tuple[int, int]:
+    """(parameters, activation floats per sample) of ``model``, from shapes only."""
+
+    def init(x):
+        _, variables = model.init_with_output(jax.random.key(0), x, capture_intermediates=True)
+        return variables
+
+    variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
+    params = variables["params"]
+    intermediates = variables.get("intermediates", {})
+    num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+    activations = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(intermediates))
+    return num_params, max(activations, int(np.prod(sample_shape)))
+
+
+def bytes_per_fl_run(
+    num_params: int,
+    activations: int,
+    *,
+    slots: int,
+    batch_size: int,
+    num_servers: int,
+    num_rounds: int,
+    num_clients: int,
+) -> int:
+    """Rough upper bound of the memory one (configuration, seed) training run needs."""
+    from jfl import sweep
+
+    models = num_params * (4 * slots + 3 * num_servers + 4)  # start, trained, grads, averages
+    training = 3 * activations * batch_size * slots  # forward and backward activations
+    evaluation = activations * EVAL_BATCH
+    selection = sweep.bytes_per_run(num_rounds, num_clients, slots, False)
+    # float32, ×2 for XLA temporaries, plus the selection run's own footprint.
+    return 2 * 4 * (models + max(training, evaluation)) + selection

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jfl import cli, regret
+from jfl import cli
 from jfl.envs import RbcsfEnv, WirelessEnv
 from jfl.envs.wireless import make_params
+from jfl.experiments import regret
 from jfl.experiments.cs_ucb import (
     BetaRhoGrid,
     CsUcbIdeal,

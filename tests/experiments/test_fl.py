@@ -148,9 +148,9 @@ def test_mnist_data_dir_missing_files_or_directory(experiment, capsys, tmp_path)
         (FlRbcsf, ["--m", "9"], "--m must be an integer in [1, --clients=8], got 9"),
         (FlRbcsf, ["--m", "0"], "--m must be an integer in [1, --clients=8], got 0"),
         (FlRbcsf, ["--clients", "0"], "--clients must be an integer >= 1"),
-        (FlRbcsf, ["--gamma1", "0"], "--gamma1 must be > 0 (or 'iid'), got 0.0"),
-        (FlRbcsf, ["--gamma1", "-1"], "--gamma1 must be > 0 (or 'iid')"),
-        (FlRbcsf, ["--gamma1", "nan"], "--gamma1 must be > 0 (or 'iid')"),
+        (FlRbcsf, ["--gamma1", "0"], "--gamma1: must be > 0 (or 'iid'), got 0.0"),
+        (FlRbcsf, ["--gamma1", "-1"], "--gamma1: must be > 0 (or 'iid')"),
+        (FlRbcsf, ["--gamma1", "nan"], "--gamma1: must be > 0 (or 'iid')"),
         (FlRbcsf, ["--gamma1", "foo"], "--gamma1: expected numbers > 0 or 'iid', got 'foo'"),
         (FlRbcsf, ["--gamma1", "1,1"], "--gamma1: duplicate values"),
         (FlRbcsf, ["--gamma1", ","], "--gamma1: no values given"),
@@ -211,9 +211,9 @@ def test_bad_scenario_flag_exits_2_naming_it(experiment, argv, message, capsys, 
 def test_infeasible_fairness_message_matches_check_fairness(capsys, tmp_path):
     """FlCsUcbQ reports check_fairness's own message for the c it derives from the data:
     c = (N/2)·s_k/Σs, and the rich client's c ≈ 0.18 exceeds its availability 0.1."""
+    from jfl.experiments.regret import check_fairness
     from jfl.fl.data import load_digits
     from jfl.fl.partition import make_partition
-    from jfl.regret import check_fairness
 
     partition = make_partition(
         "heterogeneous", load_digits().y_train, 6, 0, rich_clients=1, labels_per_rich=3

@@ -161,7 +161,7 @@ def test_policy_grid_without_a_learner_names_the_policy():
             make_params(K),
             configs,
             num_clients=K,
-            m=3,
+            selection_size=3,
             num_rounds=4,
             seeds=[0],
             chunk_size=1,

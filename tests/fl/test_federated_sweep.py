@@ -1,5 +1,6 @@
-"""The generic federated-sweep pieces of jfl.fl.sweep: stacked data, memory estimates, the
-Training settings and their plan (no training runs here: the experiments' tests run them)."""
+"""The federated-sweep pieces (jfl.fl, jfl.experiments.training): stacked data, memory
+estimates, the training settings and their plan (no training runs here: the experiments' tests
+run them)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,17 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from jfl.driver import Plan, Sweep
+from jfl.driver import Experiment, Plan
 from jfl.envs import RbcsfEnv
+from jfl.experiments.training import FederatedTraining, scenario_label, write_figures
 from jfl.fl.data import Dataset, load_digits
 from jfl.fl.models import make_model
-from jfl.fl.partition import make_partition
-from jfl.fl.sweep import (
-    Training,
-    bytes_per_fl_run,
-    federated_data,
-    model_footprint,
-    scenario_label,
-    write_figures,
-)
-from jfl.fl.train import EVAL_BATCH
+from jfl.fl.partition import federated_data, make_partition
+from jfl.fl.train import EVAL_BATCH, bytes_per_fl_run, model_footprint
 
 
 @dataclasses.dataclass(frozen=True)
-class TinyTraining(Sweep, Training):
+class TinyTraining(Experiment, FederatedTraining):
     rounds: int = 10
 
 
@@ -85,7 +79,7 @@ def test_bytes_per_fl_run_grows_with_slots_batch_and_model():
     assert training > small
 
 
-# --------------------------------------------------------------------------- Training
+# --------------------------------------------------------------------------- FederatedTraining
 
 
 @pytest.mark.parametrize(

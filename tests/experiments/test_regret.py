@@ -1,4 +1,4 @@
-"""Tests of jfl.regret against plain brute-force references written here from the paper.
+"""Tests of jfl.experiments.regret against plain brute-force references written here from the paper.
 
 References: exhaustive search over super arms for eq. (13); enumeration of all availability
 patterns for E[min(N, |A ∩ U|)]; vertex enumeration of the LP (23) built independently with
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jfl.regret import (
+from jfl.experiments.regret import (
     AvailabilityLP,
     availability_lp,
     best_fixed_set,

@@ -1,14 +1,13 @@
-"""Federated sweeps: the training settings every FL experiment shares, and its building blocks.
+"""The training settings every federated experiment shares (``sweeps/fl_*.py``).
 
-A federated sweep crosses selection policies (and their hyperparameters) with training
-scenarios: data partitions (e.g. γ₁ = 1, 10, IID) and learning rates. Everything that does not
-change shapes is traced, so each policy compiles once: the partitions are stacked along the
-data's leading axis and a configuration picks its own with the ``partition`` hyperparameter.
-
-:class:`Training` holds the dataset, model and FedAvg settings (flags of every ``sweeps/fl_*.py``);
-:meth:`Training.federated_plan` turns them, with an experiment's environment, configurations and
-partitions, into a :class:`jfl.driver.Plan` whose learner trains the model each round. Dataset
-files, partitions and the model are checked before anything compiles.
+:class:`FederatedTraining` holds the dataset, model and FedAvg settings (flags of every
+``sweeps/fl_*.py``); :meth:`FederatedTraining.federated_plan` turns them, with an experiment's
+environment, configurations and partitions, into a :class:`jfl.driver.Plan` whose learner trains
+the model each round. A federated sweep crosses selection policies with training scenarios: data
+partitions (e.g. γ₁ = 1, 10, IID) and learning rates; the partitions are stacked along the data's
+leading axis and a configuration picks its own with the ``partition`` hyperparameter, so each
+policy compiles once. Dataset files, partitions and the model are checked before anything
+compiles.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from jfl import checks
 from jfl.cli import Floats
 from jfl.fl.data import DATASETS, Dataset
 from jfl.fl.models import MODELS, PADDINGS
-from jfl.fl.partition import Partition, stack_clients
-from jfl.fl.train import AGGREGATIONS, FederatedData
+from jfl.fl.partition import Partition, federated_data
+from jfl.fl.train import AGGREGATIONS, bytes_per_fl_run, model_footprint
 
 ACCURACY_COLUMNS = (
     "n_seeds",
@@ -39,7 +38,7 @@ ACCURACY_COLUMNS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Training:
+class FederatedTraining:
     """Dataset, model and FedAvg settings of a federated sweep (mixed into an experiment)."""
 
     dataset: str = "digits"
@@ -188,66 +187,6 @@ class Training:
                 },
             },
         )
-
-
-# --------------------------------------------------------------------------- data and model
-
-
-def federated_data(dataset: Dataset, partitions: Sequence[Partition]) -> FederatedData:
-    """Stack the clients' data of every partition, padded to one size, as device arrays."""
-    import jax.numpy as jnp
-
-    if not partitions:
-        raise ValueError("give at least one partition")
-    width = max(max(int(np.max(p.count, initial=0)) for p in partitions), 1)
-    stacked = [stack_clients(dataset.x_train, dataset.y_train, p, pad_to=width) for p in partitions]
-    return FederatedData(
-        x=jnp.asarray(np.stack([c.x for c in stacked])),
-        y=jnp.asarray(np.stack([c.y for c in stacked])),
-        mask=jnp.asarray(np.stack([c.mask for c in stacked])),
-        count=jnp.asarray(np.stack([c.count for c in stacked])),
-        x_test=jnp.asarray(dataset.x_test),
-        y_test=jnp.asarray(dataset.y_test),
-    )
-
-
-def model_footprint(model, sample_shape) -> tuple[int, int]:
-    """(parameters, activation floats per sample) of ``model``, from shapes only."""
-    import jax
-    import jax.numpy as jnp
-
-    def init(x):
-        _, variables = model.init_with_output(jax.random.key(0), x, capture_intermediates=True)
-        return variables
-
-    variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
-    params = variables["params"]
-    intermediates = variables.get("intermediates", {})
-    num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
-    activations = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(intermediates))
-    return num_params, max(activations, int(np.prod(sample_shape)))
-
-
-def bytes_per_fl_run(
-    num_params: int,
-    activations: int,
-    *,
-    slots: int,
-    batch_size: int,
-    num_servers: int,
-    num_rounds: int,
-    num_clients: int,
-) -> int:
-    """Rough upper bound of the memory one (configuration, seed) training run needs."""
-    from jfl import sweep
-    from jfl.fl.train import EVAL_BATCH
-
-    models = num_params * (4 * slots + 3 * num_servers + 4)  # start, trained, grads, averages
-    training = 3 * activations * batch_size * slots  # forward and backward activations
-    evaluation = activations * EVAL_BATCH
-    selection = sweep.bytes_per_run(num_rounds, num_clients, slots, False)
-    # float32, ×2 for XLA temporaries, plus the selection run's own footprint.
-    return 2 * 4 * (models + max(training, evaluation)) + selection
 
 
 def write_figures(ds, folder, title: str, scenario_columns=("learning_rate",)) -> None:
