@@ -1,10 +1,43 @@
-"""Client-selection policies as (init, select, update) triples, and their registry."""
+"""Client-selection policies as (init, select, update) triples, and their registry.
 
-from jfl.policies import baselines, cocs, cs_ucb, local_accuracy, rbcsf
+Every builder is exported here under its registry name (``jfl.policies.rbcsf(num_clients,
+selection_size)``, …; ``jfl.policies.get(name).build`` is the same function), with the interface
+(``Policy``, ``PolicySpec``, ``HParam``, ``register``, ``get``) and the helpers policies share.
+The builders' second parameter is the selection size, ``selection_size`` (for the COCS family,
+which assigns clients to edge servers, the number of servers ``num_servers``).
+
+Families (implementation modules, private):
+
+* RBCS-F and its baselines (Huang et al.): ``rbcsf``, ``random``, ``fedcs``, ``dirichlet_random``;
+* the CS-UCB family (Xia et al.): ``cs_ucb``, ``modified_cs_ucb``, ``cs_ucb_q``, ``round_robin``;
+* the COCS family (Qu et al.): ``cocs``, ``oracle``, ``linucb``, ``cucb``, ``random_budget``, and
+  their variants ``cocs_lookahead``, ``oracle_context``, ``oracle_state``, ``cucb_pairs``,
+  ``linucb_pairs`` (see the docs' reproduction report for who should use which);
+* ``local_accuracy``, which reads a federated learner's per-client signal.
+"""
+
+from jfl.policies._baselines import dirichlet_random, fedcs, random
+from jfl.policies._cocs import (
+    cocs,
+    cocs_lookahead,
+    cucb,
+    cucb_pairs,
+    exploration_threshold,
+    hypercube_index,
+    linucb,
+    linucb_pairs,
+    oracle,
+    oracle_context,
+    oracle_state,
+    random_budget,
+    random_feasible_decision,
+)
+from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
+from jfl.policies._local_accuracy import local_accuracy
+from jfl.policies._rbcsf import lemma1_alpha, rbcsf
 from jfl.policies.base import (
     LEARNER_SIGNALS,
     REGISTRY,
-    SIZE_NAMES,
     EmptyState,
     HParam,
     LearnerObservation,
@@ -20,37 +53,43 @@ from jfl.policies.base import (
     stateless_init,
     stateless_update,
 )
-from jfl.policies.baselines import dirichlet_random, fedcs, random_policy
-from jfl.policies.cs_ucb import cs_ucb_q, modified_cs_ucb, round_robin
-from jfl.policies.local_accuracy import local_accuracy as local_accuracy_policy
-from jfl.policies.rbcsf import rbcsf as rbcsf_policy
 
 __all__ = [
     "LEARNER_SIGNALS",
     "REGISTRY",
-    "SIZE_NAMES",
     "EmptyState",
     "HParam",
     "LearnerObservation",
     "Policy",
     "PolicySpec",
     "TieBreakState",
-    "baselines",
     "check_selection_size",
     "check_signals",
     "cocs",
+    "cocs_lookahead",
     "cs_ucb",
     "cs_ucb_q",
+    "cucb",
+    "cucb_pairs",
     "dirichlet_random",
+    "exploration_threshold",
     "fedcs",
     "get",
+    "hypercube_index",
+    "initial_rounds",
+    "lemma1_alpha",
+    "linucb",
+    "linucb_pairs",
     "local_accuracy",
-    "local_accuracy_policy",
     "modified_cs_ucb",
-    "random_policy",
+    "oracle",
+    "oracle_context",
+    "oracle_state",
+    "random",
+    "random_budget",
+    "random_feasible_decision",
     "random_priority",
     "rbcsf",
-    "rbcsf_policy",
     "register",
     "round_robin",
     "stateless",

@@ -8,10 +8,9 @@ A policy is a triple of pure functions over its own state pytree (optax style):
 
 ``hparams`` is a dict of scalars that may be traced (so one compiled program runs a whole grid);
 shapes and structural options are fixed when the policy is built, by a builder
-``build(num_clients, size, **options) -> Policy``. The second parameter ``size`` is, depending on
-the family, the selection size (``selection_size``: RBCS-F and its baselines), the number of
-channels (``num_channels``: the CS-UCB family) or the number of edge servers (``num_servers``:
-the COCS family); ``PolicySpec.size_name`` says which.
+``build(num_clients, size, **options) -> Policy``. The second parameter is the selection size
+(``selection_size``), or for the COCS family, which assigns clients to edge servers, the number
+of servers (``num_servers``).
 
 A policy without state uses ``EmptyState`` with ``stateless_init``/``stateless_update``, or
 ``stateless(select)`` for the whole triple. Policies whose selections can tie draw a per-run
@@ -37,8 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# What the second parameter of a builder counts, by family.
-SIZE_NAMES = ("selection_size", "num_channels", "num_servers")
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
 LEARNER_SIGNALS = ("local_accuracy", "local_loss")
@@ -145,15 +142,9 @@ class PolicySpec:
     # Observation / feedback fields the policy reads, checked against an environment's `provides`
     # (``LEARNER_SIGNALS`` against the run's learner instead).
     requires: tuple[str, ...] = ("available",)
-    # What `size`, the second parameter of `build`, counts: one of SIZE_NAMES.
-    size_name: str = "selection_size"
     # The most clients one round can select, ``selects_at_most(num_clients, size)``; by default
     # the size itself. Federated runs train that many slots a round, so shapes stay static.
     selects_at_most: Callable[[int, int], int] | None = None
-
-    def __post_init__(self) -> None:
-        if self.size_name not in SIZE_NAMES:
-            raise ValueError(f"size_name must be one of {SIZE_NAMES}, got {self.size_name!r}")
 
     def defaults(self) -> dict[str, float]:
         return {k: h.default for k, h in self.hparams.items()}
@@ -238,7 +229,8 @@ def get(name: str) -> PolicySpec:
 def check_selection_size(num_clients: int, size: int, name: str = "selection_size") -> None:
     """Raise ValueError unless ``num_clients >= 1`` and ``1 <= size <= num_clients`` (integers).
 
-    ``name`` is the builder's name of ``size`` (one of ``SIZE_NAMES``), used in the message.
+    ``name`` is the builder's name of ``size`` (``selection_size`` or ``num_servers``), used in
+    the message.
     """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")

@@ -1,7 +1,7 @@
 """NumPy (float64) references of COCS's baselines as the paper defines them (Qu et al. §VI-B).
 
 Written from the paper and docs/reproductions/cocs.md#the-policies, independently of
-``jfl.policies.cocs``, plainly rather than
+``jfl.policies`` (the COCS family), plainly rather than
 fast: the ground truth of ``tests/policies/test_cocs_baselines.py``. Every draw a policy makes
 from its key (the random order and picks of Random, CUCB's proposals, the solver's tie-break) is
 an input here, so the test feeds both sides the same numbers.

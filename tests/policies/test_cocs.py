@@ -24,11 +24,11 @@ import pytest
 from jfl.envs import HflEnv
 from jfl.envs.hfl import Feedback, make_params
 from jfl.kernels import budgeted_assignment, ridge_estimate, ucb_bonus
-from jfl.policies import get
-from jfl.policies.cocs import (
+from jfl.policies import (
     cocs,
     cucb_pairs,
     exploration_threshold,
+    get,
     hypercube_index,
     linucb_pairs,
     oracle_state,

@@ -17,10 +17,10 @@ import pytest
 
 from jfl.envs import HflEnv
 from jfl.envs.hfl import Feedback, make_params, preset_params
-from jfl.policies import get
-from jfl.policies.cocs import (
+from jfl.policies import (
     cocs_lookahead,
     cucb,
+    get,
     linucb,
     oracle,
     random_feasible_decision,

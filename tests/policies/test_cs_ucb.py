@@ -20,7 +20,7 @@ import pytest
 
 import jfl.policies
 from jfl.envs.wireless import Feedback, Observation, WirelessEnv, make_params
-from jfl.policies.cs_ucb import initial_rounds
+from jfl.policies import initial_rounds
 from jfl.reference import (
     client_times_numpy,
     cs_ucb_numpy,

@@ -109,11 +109,10 @@ def test_learner_observation_reads_like_the_environments():
 
 def test_registry_entry():
     spec = get("local_accuracy")
-    assert spec.size_name == "num_channels"
     assert spec.requires == ("available", "local_accuracy")
     assert spec.signals == ("local_accuracy",) and set(spec.signals) <= set(LEARNER_SIGNALS)
     assert spec.hparams == {} and spec.max_selected(20, 5) == 5
-    assert get("local_accuracy").build(num_clients=10, num_channels=3).signals == (
+    assert get("local_accuracy").build(num_clients=10, selection_size=3).signals == (
         "local_accuracy",
     )
     # Other policies read no learner signal: the runner computes none for them.
@@ -124,8 +123,8 @@ def test_registry_entry():
 
 
 @pytest.mark.parametrize("size", [0, K + 1, 2.5])
-def test_bad_number_of_channels(size):
-    with pytest.raises(ValueError, match=r"num_channels must be an integer in \[1, num_clients"):
+def test_bad_selection_size(size):
+    with pytest.raises(ValueError, match=r"selection_size must be an integer in \[1, num_clients"):
         get("local_accuracy").build(K, size)
 
 

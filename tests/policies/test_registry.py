@@ -85,10 +85,11 @@ SIZE_NAMES = {
     "random": "selection_size",
     "dirichlet_random": "selection_size",
     "fedcs": "selection_size",
-    "cs_ucb": "num_channels",
-    "cs_ucb_q": "num_channels",
-    "modified_cs_ucb": "num_channels",
-    "round_robin": "num_channels",
+    "cs_ucb": "selection_size",
+    "cs_ucb_q": "selection_size",
+    "modified_cs_ucb": "selection_size",
+    "round_robin": "selection_size",
+    "local_accuracy": "selection_size",
     "cocs": "num_servers",
     "oracle": "num_servers",
     "linucb": "num_servers",
@@ -98,26 +99,26 @@ SIZE_NAMES = {
 
 
 def test_size_names():
-    """Every policy of the library says what its size counts, and its builder's second parameter
-    has that name."""
+    """A builder's second parameter is the selection size, except for the COCS family's number
+    of edge servers."""
     for name, size_name in SIZE_NAMES.items():
-        spec = get(name)
-        assert spec.size_name == size_name
-        assert size_name in jfl.policies.SIZE_NAMES
-        assert list(inspect.signature(spec.build).parameters)[:2] == ["num_clients", size_name]
+        params = list(inspect.signature(get(name).build).parameters)
+        assert params[:2] == ["num_clients", size_name], name
 
 
-def test_policy_spec_rejects_unknown_size_name():
-    """size_name is one of SIZE_NAMES."""
-    with pytest.raises(ValueError, match="size_name"):
-        jfl.policies.PolicySpec("x", jfl.policies.random_policy, size_name="m")
+def test_every_builder_is_exported_under_its_registry_name():
+    """jfl.policies.<name> is the builder the registry builds ``name`` with, documented."""
+    for name, spec in jfl.policies.REGISTRY.items():
+        assert getattr(jfl.policies, name) is spec.build, name
+        assert name in jfl.policies.__all__, name
+        assert spec.build.__doc__, name
 
 
 @pytest.mark.parametrize("policy", sorted(SIZE_NAMES))
 @pytest.mark.parametrize("size", [11, 0, -1, 2.5])
 def test_build_rejects_bad_size(policy, size):
     """build(num_clients=10, size) with size outside [1, 10] (or not an int) raises naming the
-    size's parameter (selection_size, num_channels or num_servers)."""
+    size's parameter (selection_size or num_servers)."""
     size_name = SIZE_NAMES[policy]
     message = rf"\b{size_name} must be an integer in \[1, num_clients=10\]"
     with pytest.raises(ValueError, match=message):
@@ -168,8 +169,8 @@ def test_check_selection_size_names_its_parameter():
     jfl.policies.check_selection_size(4, 4)
     with pytest.raises(ValueError, match=r"^selection_size must"):
         jfl.policies.check_selection_size(4, 5)
-    with pytest.raises(ValueError, match=r"^num_channels must"):
-        jfl.policies.check_selection_size(4, 0, "num_channels")
+    with pytest.raises(ValueError, match=r"^num_servers must"):
+        jfl.policies.check_selection_size(4, 0, "num_servers")
     with pytest.raises(ValueError, match=r"^num_clients must"):
         jfl.policies.check_selection_size(0, 1, "num_servers")
 

@@ -1,7 +1,7 @@
 """CS-UCB and CS-UCB-Q (Xia et al.) and their baselines Round-robin and modified CS-UCB.
 
 All four learn from the per-client normalised reward ``r_k = 1 - τ_k/τ_max`` of the ``wireless``
-environment and select ``min(N, |A(t)|)`` available clients (N = ``num_channels``, the number of
+environment and select ``min(N, |A(t)|)`` available clients (N = ``selection_size``, the number of
 channels) with the top-k kernel. The round counter ``t`` of the paper is 1-based: the policies'
 ``t`` field counts the rounds already played, so the current round is ``t + 1``.
 """
@@ -49,16 +49,16 @@ class RoundRobinState(NamedTuple):
     t: jax.Array  # i[]  rounds played so far
 
 
-def initial_rounds(num_clients: int, num_channels: int) -> int:
+def initial_rounds(num_clients: int, selection_size: int) -> int:
     """κ = ⌈K/N⌉ initial rounds of CS-UCB (Alg. 1)."""
-    return math.ceil(num_clients / num_channels)
+    return math.ceil(num_clients / selection_size)
 
 
 def _stats_update(stats, action, feedback):
     return arm_stats_update(stats, action, feedback.reward)
 
 
-def cs_ucb(num_clients: int, num_channels: int) -> Policy:
+def cs_ucb(num_clients: int, selection_size: int) -> Policy:
     """CS-UCB (Alg. 1): κ = ⌈K/N⌉ random initial rounds, then the top N of eq. (18).
 
     The initial rounds split a random permutation of the clients into groups of N; the last
@@ -68,15 +68,15 @@ def cs_ucb(num_clients: int, num_channels: int) -> Policy:
     scenario has none), the round takes its group's available members first, then the
     lowest-indexed other available clients, so the selection size is always ``min(N, |A(t)|)``.
     """
-    check_selection_size(num_clients, num_channels, "num_channels")
-    kappa = initial_rounds(num_clients, num_channels)
-    num_fill = kappa * num_channels - num_clients
+    check_selection_size(num_clients, selection_size)
+    kappa = initial_rounds(num_clients, selection_size)
+    num_fill = kappa * selection_size - num_clients
 
     def init(key, hparams) -> CsUcbState:
         del hparams
         k_perm, k_fill = jax.random.split(key)
         slot = jnp.argsort(jax.random.permutation(k_perm, num_clients))
-        init_round = slot // num_channels
+        init_round = slot // selection_size
         fill = jnp.zeros(num_clients, bool)
         if num_fill:
             played_before_last = init_round < kappa - 1
@@ -92,9 +92,9 @@ def cs_ucb(num_clients: int, num_channels: int) -> Policy:
     def select(key, state: CsUcbState, obs, hparams):
         del key, hparams
         group = (state.init_round == state.t) | (state.init_fill & (state.t == kappa - 1))
-        index = ucb_index(state.stats, state.t + 1, num_channels + 1.0)
+        index = ucb_index(state.stats, state.t + 1, selection_size + 1.0)
         score = jnp.where(state.t < kappa, group.astype(index.dtype), index)
-        return topk_mask(score, obs.available, selection_count(obs.available, num_channels))
+        return topk_mask(score, obs.available, selection_count(obs.available, selection_size))
 
     def update(state: CsUcbState, obs, action, feedback, hparams) -> CsUcbState:
         del obs, hparams
@@ -103,14 +103,14 @@ def cs_ucb(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-def modified_cs_ucb(num_clients: int, num_channels: int) -> Policy:
+def modified_cs_ucb(num_clients: int, selection_size: int) -> Policy:
     """CS-UCB restricted to the available clients, without queues (Xia et al. §V-C baseline).
 
     Each round the top ``min(N, |A(t)|)`` available clients by ``y_k + sqrt((N+1) ln t / z_k)``;
     a client never played has an infinite index, which replaces Alg. 1's initial rounds (those
     cannot be scheduled in advance when clients may be unavailable).
     """
-    check_selection_size(num_clients, num_channels, "num_channels")
+    check_selection_size(num_clients, selection_size)
 
     def init(key, hparams) -> UcbState:
         del key, hparams
@@ -118,8 +118,8 @@ def modified_cs_ucb(num_clients: int, num_channels: int) -> Policy:
 
     def select(key, state: UcbState, obs, hparams):
         del key, hparams
-        index = ucb_index(state.stats, state.t + 1, num_channels + 1.0)
-        return topk_mask(index, obs.available, selection_count(obs.available, num_channels))
+        index = ucb_index(state.stats, state.t + 1, selection_size + 1.0)
+        return topk_mask(index, obs.available, selection_count(obs.available, selection_size))
 
     def update(state: UcbState, obs, action, feedback, hparams) -> UcbState:
         del obs, hparams
@@ -128,7 +128,7 @@ def modified_cs_ucb(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
+def cs_ucb_q(num_clients: int, selection_size: int) -> Policy:
     """CS-UCB-Q (Alg. 2): truncated UCB plus fairness queues.
 
     ``ŷ_k = min(y_k + sqrt(2 ln t / z_k), 1)`` (eq. 26; 1 for a client never played),
@@ -136,7 +136,7 @@ def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
     available clients by ``(1 - β) ŷ_k + β D_k(t)`` (eq. 28). Hyperparameters ``beta`` and
     ``fairness`` (c: a scalar for every client or one value per client) are traced.
     """
-    check_selection_size(num_clients, num_channels, "num_channels")
+    check_selection_size(num_clients, selection_size)
 
     def init(key, hparams) -> CsUcbQState:
         del key, hparams
@@ -150,7 +150,7 @@ def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
         beta = hparams["beta"]
         optimistic = ucb_index(state.stats, state.t + 1, 2.0, cap=1.0)
         score = (1.0 - beta) * optimistic + beta * state.queue
-        return topk_mask(score, obs.available, selection_count(obs.available, num_channels))
+        return topk_mask(score, obs.available, selection_count(obs.available, selection_size))
 
     def update(state: CsUcbQState, obs, action, feedback, hparams) -> CsUcbQState:
         del obs
@@ -164,7 +164,7 @@ def cs_ucb_q(num_clients: int, num_channels: int) -> Policy:
     return Policy(init=init, select=select, update=update)
 
 
-def round_robin(num_clients: int, num_channels: int) -> Policy:
+def round_robin(num_clients: int, selection_size: int) -> Policy:
     """Round-robin (Xia et al. §V-B baseline): groups of N clients served in turn.
 
     The cycle is a random permutation of the clients drawn once per run; round t serves the N
@@ -172,7 +172,7 @@ def round_robin(num_clients: int, num_channels: int) -> Policy:
     unavailable client is skipped and the next ones in the cycle take its place, keeping the
     selection size at ``min(N, |A(t)|)``.
     """
-    check_selection_size(num_clients, num_channels, "num_channels")
+    check_selection_size(num_clients, selection_size)
 
     def init(key, hparams) -> RoundRobinState:
         del hparams
@@ -181,9 +181,9 @@ def round_robin(num_clients: int, num_channels: int) -> Policy:
 
     def select(key, state: RoundRobinState, obs, hparams):
         del key, hparams
-        start = (state.t * num_channels) % num_clients
+        start = (state.t * selection_size) % num_clients
         distance = (state.slot - start) % num_clients
-        return topk_mask(-distance, obs.available, selection_count(obs.available, num_channels))
+        return topk_mask(-distance, obs.available, selection_count(obs.available, selection_size))
 
     def update(state: RoundRobinState, obs, action, feedback, hparams) -> RoundRobinState:
         del obs, action, feedback, hparams
@@ -201,7 +201,6 @@ register(
         {},
         "CS-UCB: initial rounds, then the top N of a UCB index on the latency reward",
         requires=_REWARD,
-        size_name="num_channels",
     )
 )
 register(
@@ -211,7 +210,6 @@ register(
         {},
         "CS-UCB over the available clients only, no fairness queues",
         requires=_REWARD,
-        size_name="num_channels",
     )
 )
 register(
@@ -227,7 +225,6 @@ register(
         "CS-UCB-Q: truncated UCB plus fairness queues, over the available clients",
         queue_rate="fairness",
         requires=_REWARD,
-        size_name="num_channels",
     )
 )
 register(
@@ -236,6 +233,5 @@ register(
         round_robin,
         {},
         "groups of N clients served in turn",
-        size_name="num_channels",
     )
 )

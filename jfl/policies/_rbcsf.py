@@ -125,6 +125,5 @@ SPEC = register(
         description="RBCS-F: ridge LCB of exchange time, fairness queues, exact P4",
         queue_rate="beta",
         requires=("available", "context", "time"),
-        size_name="selection_size",
     )
 )

@@ -26,7 +26,7 @@ class DirichletState(NamedTuple):
     priority: jax.Array  # i32[N]  per-run tie-breaking order (random_priority)
 
 
-def random_policy(num_clients: int, selection_size: int = 8) -> Policy:
+def random(num_clients: int, selection_size: int = 8) -> Policy:
     """k = min(selection_size, #available) clients uniformly at random among the available ones.
 
     The top k of i.i.d. uniform scores; the rare exact ties of float scores follow a per-run
@@ -90,7 +90,7 @@ def fedcs(num_clients: int, selection_size: int = 8) -> Policy:
     return stateless(select)
 
 
-register(PolicySpec("random", random_policy, {}, "uniform random among the available clients"))
+register(PolicySpec("random", random, {}, "uniform random among the available clients"))
 register(
     PolicySpec(
         "dirichlet_random",

@@ -17,20 +17,20 @@ from jfl.kernels.order import inverse_permutation
 from jfl.policies.base import PolicySpec, check_selection_size, register, stateless
 
 
-def local_accuracy(num_clients: int, num_channels: int):
+def local_accuracy(num_clients: int, selection_size: int):
     """The ``min(N, |A(t)|)`` available clients with the lowest ``obs.local_accuracy``.
 
     Ties are broken uniformly at random from the select key: clients with equal accuracy are
     common (a client's accuracy is a multiple of 1/s_k), and the lower index would favour the
     same clients every round.
     """
-    check_selection_size(num_clients, num_channels, "num_channels")
+    check_selection_size(num_clients, selection_size)
 
     def select(key, state, obs, hparams):
         del state, hparams
         # A fresh random order of the clients each round: client n's place in it breaks ties.
         priority = inverse_permutation(jax.random.permutation(key, num_clients))
-        k = selection_count(obs.available, num_channels)
+        k = selection_count(obs.available, selection_size)
         return topk_mask(-obs.local_accuracy, obs.available, k, priority)
 
     return stateless(select)._replace(signals=("local_accuracy",))
@@ -43,6 +43,5 @@ register(
         {},
         "the N available clients on which the global model is least accurate (Xia Fig. 2)",
         requires=("available", "local_accuracy"),
-        size_name="num_channels",
     )
 )

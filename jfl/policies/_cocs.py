@@ -620,6 +620,5 @@ for _name, _build, _hparams, _description, _requires in (
             _hparams,
             _description,
             requires=_requires,
-            size_name="num_servers",
         )
     )
