@@ -2,7 +2,8 @@
 
 Each check raises ``ValueError("<name> must be …, got …")`` naming the parameter (for a command
 line, the flag: ``"--seeds"``) and the allowed range, so a bad value stops a sweep with one line
-before anything compiles.
+before anything compiles. Every range check of the library goes through these: the command
+lines', the environments' parameters, the policies' hyperparameters (``HParam``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 
-def _describe(low, high, low_open: bool, high_open: bool) -> str:
+def describe_range(low, high, low_open: bool = False, high_open: bool = False) -> str:
+    """``"[0, 1]"``, ``"(0, inf)"``: the interval, open at an infinite end."""
     left = "(" if low_open or math.isinf(low) else "["
     right = ")" if high_open or math.isinf(high) else "]"
     return f"{left}{low:g}, {high:g}{right}"
@@ -22,6 +24,7 @@ def _describe(low, high, low_open: bool, high_open: bool) -> str:
 def integer(name: str, value, low: int = 1, high: int | None = None, high_name: str = "") -> int:
     """An integer ≥ ``low`` (and ≤ ``high``: ``high_name`` names where that bound comes from)."""
     ok = isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer())
+    ok = ok and not isinstance(value, bool)
     if ok and value >= low and (high is None or value <= high):
         return int(value)
     if high is None:
@@ -39,15 +42,18 @@ def in_range(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    """A finite number (or every number of a sequence) in the range; open ends where asked."""
+    """A finite number (or every number of an array) in the range; open ends where asked.
+
+    The message shows the value, or for an array the first three values out of range.
+    """
     values = np.atleast_1d(np.asarray(value, float))
     ok = np.isfinite(values)
     ok &= (values > low) if low_open else (values >= low)
     ok &= (values < high) if high_open else (values <= high)
     if not np.all(ok):
-        shown = value if np.ndim(value) == 0 else list(np.asarray(value).tolist())
+        shown = value if np.ndim(value) == 0 else values[~ok].ravel()[:3].tolist()
         raise ValueError(
-            f"{name} must be in {_describe(low, high, low_open, high_open)}, got {shown}"
+            f"{name} must be in {describe_range(low, high, low_open, high_open)}, got {shown}"
         )
 
 

@@ -128,7 +128,7 @@ def test_parse_errors_are_one_line_naming_the_flag(argv, expected, capsys, tmp_p
         (["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
         (["--m", "41"], "--m must be an integer in [1, --clients=40], got 41"),
         (["--p-available", "1.5"], "--p-available must be in [0, 1], got 1.5"),
-        (["--beta", "1.5"], "--beta must be in [0.0, 1.0], got [1.5]"),
+        (["--beta", "1.5"], "--beta must be in [0, 1], got [1.5]"),
         (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),
     ],
 )

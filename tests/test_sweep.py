@@ -74,9 +74,9 @@ def test_config_table_crosses_shared_scenario_axes_with_every_policy():
 @pytest.mark.parametrize(
     ("swept", "message"),
     [
-        ({"beta": [1.5]}, r"beta must be in \[0.0, 1.0\], got \[1.5\]"),
-        ({"V": [-1]}, r"V must be in \[0.0, inf\)"),
-        ({"alpha": [-0.1]}, r"alpha must be in \[0.0, inf\)"),
+        ({"beta": [1.5]}, r"beta must be in \[0, 1\], got \[1.5\]"),
+        ({"V": [-1]}, r"V must be in \[0, inf\)"),
+        ({"alpha": [-0.1]}, r"alpha must be in \[0, inf\)"),
     ],
 )
 def test_config_table_rejects_out_of_range(swept, message):

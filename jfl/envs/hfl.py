@@ -63,9 +63,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment, Metric
-from jfl.envs.rbcsf import _check_range
 
 # Table I and §VI-A of the paper (MNIST: logistic regression, strongly convex utility; CIFAR-10:
 # CNN, non-convex utility). Notes on the paper's text:
@@ -382,8 +382,8 @@ class Conditions(NamedTuple):
 
 def _range(name, value):
     low, high = (float(v) for v in value)
-    _check_range(f"{name}[0]", low, 0, np.inf, low_open=True, high_open=True)
-    _check_range(f"{name}[1]", high, low, np.inf, high_open=True)
+    in_range(f"{name}[0]", low, 0, np.inf, low_open=True, high_open=True)
+    in_range(f"{name}[1]", high, low, np.inf, high_open=True)
     return low, high
 
 
@@ -440,31 +440,33 @@ def make_params(
     if context_dim not in (2, 4):
         raise ValueError(f"context_dim must be 2 or 4, got {context_dim!r}")
     price_range = _range("price_range", price_range)
-    _check_range("p_cover", p_cover, 0, 1)
+    in_range("p_cover", p_cover, 0, 1)
     distance_range = _range("distance_range", distance_range)
-    _check_range("shadowing_std_db", shadowing_std_db, 0, np.inf, high_open=True)
-    _check_range("tx_power_dbm", tx_power_dbm, -np.inf, np.inf, low_open=True, high_open=True)
-    _check_range("noise_psd_dbm_hz", noise_psd_dbm_hz, -np.inf, np.inf, True, True)
-    _check_range("path_loss", np.asarray(path_loss, float), -np.inf, np.inf, True, True)
+    in_range("shadowing_std_db", shadowing_std_db, 0, np.inf, high_open=True)
+    in_range("tx_power_dbm", tx_power_dbm, -np.inf, np.inf, low_open=True, high_open=True)
+    in_range("noise_psd_dbm_hz", noise_psd_dbm_hz, -np.inf, np.inf, low_open=True, high_open=True)
+    in_range(
+        "path_loss", np.asarray(path_loss, float), -np.inf, np.inf, low_open=True, high_open=True
+    )
     bandwidth_range = _range("bandwidth_range", bandwidth_range)
     computation_range = _range("computation_range", computation_range)
-    _check_range("model_size", model_size, 0, np.inf, low_open=True, high_open=True)
-    _check_range("workload", workload, 0, np.inf, high_open=True)
-    _check_range("deadline", deadline, 0, np.inf, low_open=True, high_open=True)
+    in_range("model_size", model_size, 0, np.inf, low_open=True, high_open=True)
+    in_range("workload", workload, 0, np.inf, high_open=True)
+    in_range("deadline", deadline, 0, np.inf, low_open=True, high_open=True)
     budget_array = np.asarray(budget, float)
     if budget_array.ndim > 1 or (budget_array.ndim == 1 and budget_array.shape != (num_servers,)):
         raise ValueError(
             f"budget must be a scalar or of shape ({num_servers},), got {budget_array.shape}"
         )
-    _check_range("budget", budget_array, 0, np.inf, low_open=True, high_open=True)
+    in_range("budget", budget_array, 0, np.inf, low_open=True, high_open=True)
     dtype = np.dtype(dtype).name
     budget = float(budget_array) if budget_array.ndim == 0 else jnp.asarray(budget_array, dtype)
     if rate_range is None:
         rate_range = default_rate_range(model_size, deadline)
     else:
         low, high = (float(v) for v in rate_range)
-        _check_range("rate_range[0]", low, 0, np.inf, high_open=True)
-        _check_range("rate_range[1]", high, low, np.inf, low_open=True, high_open=True)
+        in_range("rate_range[0]", low, 0, np.inf, high_open=True)
+        in_range("rate_range[1]", high, low, np.inf, low_open=True, high_open=True)
         rate_range = (low, high)
     return HflParams(
         num_clients=int(num_clients),

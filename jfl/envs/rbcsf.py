@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.checks import in_range
 from jfl.envs.base import Environment
 
 
@@ -85,15 +86,6 @@ def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
     return (np.arange(num_clients) * num_classes) // num_clients
 
 
-def _check_range(name, value, low, high, low_open=False, high_open=False):
-    lo_ok = value > low if low_open else value >= low
-    hi_ok = value < high if high_open else value <= high
-    if not (np.all(np.isfinite(value)) and np.all(lo_ok) and np.all(hi_ok)):
-        lb = "(" if low_open else "["
-        rb = ")" if high_open else "]"
-        raise ValueError(f"{name} must be in {lb}{low}, {high}{rb}, got {value}")
-
-
 def make_params(
     num_clients: int = 40,
     train_time=PAPER_CLASSES["train_time"],
@@ -122,17 +114,17 @@ def make_params(
         len(train_time) == len(cold_start_time) == len(snr) >= 1
     ):
         raise ValueError("train_time, cold_start_time and snr must be 1-D tables of one length")
-    _check_range("train_time", train_time, 0, np.inf, low_open=True)
-    _check_range("cold_start_time", cold_start_time, 0, np.inf)
-    _check_range("snr", snr, 0, np.inf, low_open=True)
-    _check_range("bandwidth_range[0]", bandwidth_range[0], 0, np.inf, low_open=True)
-    _check_range("bandwidth_range[1]", bandwidth_range[1], bandwidth_range[0], np.inf)
-    _check_range("cpu_range[0]", cpu_range[0], 0, np.inf, low_open=True)
-    _check_range("cpu_range[1]", cpu_range[1], cpu_range[0], np.inf)
-    _check_range("p_available", p_available, 0, 1)
-    _check_range("model_size", model_size, 0, np.inf, low_open=True)
-    _check_range("noise", noise, 0, 1)
-    _check_range("eta_base", eta_base, 1, np.inf, low_open=True)
+    in_range("train_time", train_time, 0, np.inf, low_open=True)
+    in_range("cold_start_time", cold_start_time, 0, np.inf)
+    in_range("snr", snr, 0, np.inf, low_open=True)
+    in_range("bandwidth_range[0]", bandwidth_range[0], 0, np.inf, low_open=True)
+    in_range("bandwidth_range[1]", bandwidth_range[1], bandwidth_range[0], np.inf)
+    in_range("cpu_range[0]", cpu_range[0], 0, np.inf, low_open=True)
+    in_range("cpu_range[1]", cpu_range[1], cpu_range[0], np.inf)
+    in_range("p_available", p_available, 0, 1)
+    in_range("model_size", model_size, 0, np.inf, low_open=True)
+    in_range("noise", noise, 0, 1)
+    in_range("eta_base", eta_base, 1, np.inf, low_open=True)
     theta = theta_table(num_clients, train_time, cold_start_time, snr, eta_base)
     return RbcsfParams(
         theta=jnp.asarray(theta, dtype),

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment, Metric
-from jfl.envs.rbcsf import _check_range
 
 # The paper's round deadline (§V-A: "the maximal interval τ_max = 5 seconds"). With its other
 # numbers a client's τ is 0.10–0.26 s, so at 5 s every μ_k = E[1 − τ_k/τ_max] is 0.93–0.98:
@@ -159,31 +159,33 @@ def make_params(
     phi_low = _per_client("phi_low", default_low if phi_low is None else phi_low, num_clients)
     phi_high = _per_client("phi_high", default_high if phi_high is None else phi_high, num_clients)
     availability = _per_client("availability", availability, num_clients)
-    _check_range("availability", availability, 0, 1)
-    _check_range("phi_low", phi_low, 0, np.inf, low_open=True)
+    in_range("availability", availability, 0, 1)
+    in_range("phi_low", phi_low, 0, np.inf, low_open=True)
     if np.any(phi_high < phi_low) or not np.all(np.isfinite(phi_high)):
         raise ValueError(f"phi_high must be finite and >= phi_low, got {phi_high}")
-    _check_range("tau_max", tau_max, 0, np.inf, low_open=True)
-    _check_range("min_distance", min_distance, 0, np.inf, low_open=True)
-    _check_range("radius", radius, min_distance, np.inf)
-    _check_range("bandwidth", bandwidth, 0, np.inf, low_open=True)
-    _check_range("tx_power_dbm", tx_power_dbm, -np.inf, np.inf, low_open=True, high_open=True)
-    _check_range("noise_dbm", noise_dbm, -np.inf, np.inf, low_open=True, high_open=True)
-    _check_range("path_loss", np.asarray(path_loss, float), -np.inf, np.inf, True, True)
-    _check_range("download_bits", download_bits, 0, np.inf)
-    _check_range("upload_bits", upload_bits, 0, np.inf)
-    _check_range("samples_per_update", samples_per_update, 0, np.inf)
+    in_range("tau_max", tau_max, 0, np.inf, low_open=True)
+    in_range("min_distance", min_distance, 0, np.inf, low_open=True)
+    in_range("radius", radius, min_distance, np.inf)
+    in_range("bandwidth", bandwidth, 0, np.inf, low_open=True)
+    in_range("tx_power_dbm", tx_power_dbm, -np.inf, np.inf, low_open=True, high_open=True)
+    in_range("noise_dbm", noise_dbm, -np.inf, np.inf, low_open=True, high_open=True)
+    in_range(
+        "path_loss", np.asarray(path_loss, float), -np.inf, np.inf, low_open=True, high_open=True
+    )
+    in_range("download_bits", download_bits, 0, np.inf)
+    in_range("upload_bits", upload_bits, 0, np.inf)
+    in_range("samples_per_update", samples_per_update, 0, np.inf)
     if isinstance(coherence_slots, bool) or not isinstance(coherence_slots, int | np.integer):
         raise ValueError(f"coherence_slots must be an integer >= 1, got {coherence_slots!r}")
     if coherence_slots < 1:
         raise ValueError(f"coherence_slots must be an integer >= 1, got {coherence_slots!r}")
     if distance is not None:
         distance = _per_client("distance", distance, num_clients)
-        _check_range("distance", distance, 0, np.inf, low_open=True)
+        in_range("distance", distance, 0, np.inf, low_open=True)
         distance = jnp.asarray(distance, dtype)
     if mean_reward is not None:
         mean_reward = _per_client("mean_reward", mean_reward, num_clients)
-        _check_range("mean_reward", mean_reward, 0, 1)
+        in_range("mean_reward", mean_reward, 0, 1)
         mean_reward = jnp.asarray(mean_reward, dtype)
     return WirelessParams(
         phi_low=jnp.asarray(phi_low, dtype),

@@ -34,6 +34,8 @@ import numpy.typing as npt
 from scipy import sparse
 from scipy.optimize import linprog
 
+from jfl import checks
+
 __all__ = [
     "AvailabilityLP",
     "availability_lp",
@@ -50,12 +52,9 @@ _EXACT_MAX_LIMIT = 20
 
 
 def _check_num_channels(num_channels: int, num_clients: int) -> int:
-    if isinstance(num_channels, bool) or not isinstance(num_channels, int | np.integer):
+    if isinstance(num_channels, float):  # the number of channels, not a value that rounds to one
         raise ValueError(f"num_channels must be an integer, got {num_channels!r}")
-    n = int(num_channels)
-    if not 1 <= n <= num_clients:
-        raise ValueError(f"num_channels must be in [1, K={num_clients}], got {n}")
-    return n
+    return checks.integer("num_channels", num_channels, 1, num_clients, "K")
 
 
 def _clients(indices: npt.ArrayLike) -> str:

@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfl.checks import describe_range, in_range
+
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
 LEARNER_SIGNALS = ("local_accuracy", "local_loss")
@@ -114,18 +116,13 @@ class HParam:
     help: str = ""
 
     def describe(self) -> str:
-        lb = "(" if self.low_open else "["
-        rb = ")" if self.high_open or math.isinf(self.high) else "]"
-        return f"{lb}{self.low}, {self.high}{rb}"
+        """The allowed range, e.g. ``"[0, 1]"``."""
+        return describe_range(self.low, self.high, self.low_open, self.high_open)
 
     def check(self, name: str, values) -> None:
-        v = np.asarray(values, float)
-        ok = np.isfinite(v)
-        ok &= (v > self.low) if self.low_open else (v >= self.low)
-        ok &= (v < self.high) if self.high_open else (v <= self.high)
-        if not np.all(ok):
-            bad = v[~ok].ravel()[:3].tolist()
-            raise ValueError(f"{name} must be in {self.describe()}, got {bad}")
+        """ValueError naming ``name`` unless every one of ``values`` is in the range."""
+        in_range(name, np.asarray(values, float).ravel(), self.low, self.high,
+                 low_open=self.low_open, high_open=self.high_open)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def test_best_fixed_set_matches_exhaustive_search():
 
 def test_best_fixed_set_rejects_bad_num_channels():
     """num_channels outside [1, K] raises a ValueError naming it and the range."""
-    with pytest.raises(ValueError, match=r"num_channels must be in \[1, K=3\]"):
+    with pytest.raises(ValueError, match=r"num_channels must be an integer in \[1, K=3\]"):
         best_fixed_set([0.1, 0.2, 0.3], 4)
     with pytest.raises(ValueError, match="num_channels"):
         best_fixed_set([0.1, 0.2, 0.3], 0)
@@ -337,7 +337,7 @@ def test_bad_shapes_and_ranges_are_rejected():
         check_fairness([0.1, 0.1], [0.5, 0.5, 0.5], 1)
     with pytest.raises(ValueError, match=r"availability must be in \[0, 1\]"):
         check_fairness([0.1, 0.1], [0.5, 1.5], 1)
-    with pytest.raises(ValueError, match=r"num_channels must be in \[1, K=2\]"):
+    with pytest.raises(ValueError, match=r"num_channels must be an integer in \[1, K=2\]"):
         check_fairness([0.1, 0.1], [0.5, 0.5], 3)
     with pytest.raises(ValueError, match="mu"):
         availability_lp([0.1, 1.5, 0.2], PAPER_AVAIL, PAPER_C, 2)

@@ -34,15 +34,15 @@ def test_unknown_policy_lists_known_ones():
     ("policy", "name", "value", "interval"),
     [
         # the interval as printed; for an infinite upper end only its opening part is matched
-        ("rbcsf", "beta", 1.5, "[0.0, 1.0]"),
-        ("rbcsf", "beta", -0.1, "[0.0, 1.0]"),
-        ("rbcsf", "V", -1.0, "[0.0, inf"),
-        ("rbcsf", "V", float("nan"), "[0.0, inf"),
-        ("rbcsf", "alpha", -0.5, "[0.0, inf"),
-        ("rbcsf", "lam", 0.0, "(0.0, inf"),
-        ("rbcsf", "delta", 1.0, "(0.0, 1.0)"),
-        ("dirichlet_random", "gamma2", 0.0, "(0.0, inf"),
-        ("fedcs", "deadline", 0.0, "(0.0, inf"),
+        ("rbcsf", "beta", 1.5, "[0, 1]"),
+        ("rbcsf", "beta", -0.1, "[0, 1]"),
+        ("rbcsf", "V", -1.0, "[0, inf"),
+        ("rbcsf", "V", float("nan"), "[0, inf"),
+        ("rbcsf", "alpha", -0.5, "[0, inf"),
+        ("rbcsf", "lam", 0.0, "(0, inf"),
+        ("rbcsf", "delta", 1.0, "(0, 1)"),
+        ("dirichlet_random", "gamma2", 0.0, "(0, inf"),
+        ("fedcs", "deadline", 0.0, "(0, inf"),
     ],
 )
 def test_hparam_validation_names_parameter_and_range(policy, name, value, interval):
