@@ -1,10 +1,137 @@
 """jfl: vectorised client selection for federated learning in JAX.
 
-Importing jfl changes no global state (JAX's PRNG lowering and matplotlib's backend stay as they
-are); see :mod:`jfl.prng` for the opt-in faster CPU random numbers the sweeps use.
+The layers, from the bottom:
+
+* ``jfl.kernels`` — pure single-instance kernels (selection, assignment, ridge, UCB, queues);
+* ``jfl.envs`` — client simulators, gymnax style (``reset``/``step`` over explicit pytrees);
+* ``jfl.policies`` — selection policies as ``(init, select, update)`` triples, and their registry;
+* ``jfl.trackers`` — what a run measures about its selections (the fairness queue);
+* ``jfl.runner`` — ``make_run``: one configuration and seed as a pure function, ``vmap``-ped;
+* ``jfl.sweep`` — grids of configurations run in chunks, resumable, across devices and processes;
+* ``jfl.reduction``, ``jfl.results``, ``jfl.stats``, ``jfl.plots`` — per-run metrics, bands over
+  seeds, labelled datasets, summaries with intervals, figures;
+* ``jfl.driver`` — ``Experiment`` (a typed config) and ``run(config)``, behind every command line;
+* ``jfl.fl`` — federated training (data, partitions, Flax models, FedAvg) driven by the policies;
+* ``jfl.experiments`` — the papers' experiments on top of all this (the library knows no paper).
+
+The most used names are here too (``jfl.make_run``, ``jfl.run_policy_grid``, ``jfl.Experiment``,
+…). Submodules and names load on first use, so ``import jfl`` is cheap; importing jfl changes no
+global state (JAX's PRNG lowering and matplotlib's backend stay as they are; see ``jfl.prng``
+for the opt-in faster CPU random numbers the sweeps use).
 """
 
-from jfl import envs, kernels, policies
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "envs", "kernels", "policies"]
+
+_SUBMODULES = (
+    "checks",
+    "cli",
+    "compilation_cache",
+    "distributed",
+    "driver",
+    "envs",
+    "experiments",
+    "fl",
+    "kernels",
+    "plots",
+    "policies",
+    "prng",
+    "reduction",
+    "reference",
+    "results",
+    "runner",
+    "stats",
+    "sweep",
+    "trackers",
+)
+
+# Public names re-exported at the top level, by the module that defines them.
+_NAMES = {
+    "Environment": "envs",
+    "Metric": "envs",
+    "Policy": "policies",
+    "PolicySpec": "policies",
+    "HParam": "policies",
+    "register": "policies",
+    "Tracker": "trackers",
+    "fairness_queue": "trackers",
+    "RunOutput": "runner",
+    "make_run": "runner",
+    "make_batched_run": "runner",
+    "output_dims": "runner",
+    "seed_keys": "runner",
+    "config_table": "sweep",
+    "run_policy_grid": "sweep",
+    "run_chunked": "sweep",
+    "ChunkStore": "sweep",
+    "make_reducer": "reduction",
+    "to_dataset": "results",
+    "summarize": "results",
+    "load_dataset": "results",
+    "Experiment": "driver",
+    "Plan": "driver",
+    "run": "driver",
+}
+
+__all__ = [
+    "ChunkStore",
+    "Environment",
+    "Experiment",
+    "HParam",
+    "Metric",
+    "Plan",
+    "Policy",
+    "PolicySpec",
+    "RunOutput",
+    "Tracker",
+    "__version__",
+    "checks",
+    "cli",
+    "compilation_cache",
+    "config_table",
+    "distributed",
+    "driver",
+    "envs",
+    "experiments",
+    "fairness_queue",
+    "fl",
+    "kernels",
+    "load_dataset",
+    "make_batched_run",
+    "make_reducer",
+    "make_run",
+    "output_dims",
+    "plots",
+    "policies",
+    "prng",
+    "reduction",
+    "reference",
+    "register",
+    "results",
+    "run",
+    "run_chunked",
+    "run_policy_grid",
+    "runner",
+    "seed_keys",
+    "stats",
+    "summarize",
+    "sweep",
+    "to_dataset",
+    "trackers",
+]
+
+
+def __getattr__(name: str):
+    """Load a submodule, or the module of a re-exported name, on first use."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"jfl.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"jfl.{_NAMES[name]}"), name)
+    raise AttributeError(f"module 'jfl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -63,6 +63,7 @@ def positive(name: str, value) -> None:
 
 
 def choice(name: str, value, choices: Iterable) -> None:
+    """One of ``choices``."""
     choices = list(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
@@ -79,5 +80,6 @@ def per_client(name: str, values: Sequence[float], count: int) -> list[float]:
 
 
 def distinct(name: str, values: Sequence) -> None:
+    """No value twice."""
     if len(set(values)) != len(values):
         raise ValueError(f"{name}: duplicate values in {list(values)}")

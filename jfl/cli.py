@@ -174,5 +174,6 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
 
 
 def format_table(summary, columns, max_rows: int = 20) -> str:
+    """The summary's ``columns`` (those it has) as a text table of at most ``max_rows`` rows."""
     columns = [c for c in columns if c in summary]
     return summary[columns].head(max_rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")

@@ -36,6 +36,8 @@ def source_hash(root: Path = _PACKAGE) -> str:
 
 
 def cache_root() -> Path:
+    """jfl's cache folder: ``$JFL_CACHE_DIR``, else ``$XDG_CACHE_HOME/jfl``, else
+    ``~/.cache/jfl``."""
     if os.environ.get("JFL_CACHE_DIR"):
         return Path(os.environ["JFL_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

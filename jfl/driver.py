@@ -139,6 +139,8 @@ class Experiment:
             checks.integer("--chunk-size", chunk)
 
     def plan(self) -> Plan:
+        """The Python-side setup of the sweep: environment, configurations, per-configuration
+        arrays, learner, trackers (see :class:`Plan`); ``ValueError`` on a bad setting."""
         raise NotImplementedError
 
     def metrics(self, ds) -> dict:
@@ -189,6 +191,7 @@ class Result:
     process: int = 0  # this process among a distributed sweep's (0 writes the outputs)
 
     def describe(self) -> str:
+        """One line for the terminal: what ran, how long, where the outputs are."""
         c = self.config
         if self.process:
             return (

@@ -68,6 +68,7 @@ def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
 
 
 def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[str]:
+    """The configuration coordinates (hyperparameters) that take more than one value in ``ds``."""
     names = []
     for name, coord in ds.coords.items():
         if coord.dims != ("config",) or name in exclude or name == "config":

@@ -86,6 +86,7 @@ def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int =
 
 
 def interval(samples, axis: int = 0, level: float = 0.95, method: str = "t"):
+    """``(mean, lo, hi)`` over ``axis``: Student-t (``"t"``) or percentile bootstrap."""
     if method == "t":
         return mean_ci(samples, axis, level)
     if method == "bootstrap":

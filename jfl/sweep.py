@@ -183,9 +183,11 @@ class ChunkStore:
         self.root = Path(root)
 
     def path(self, label: str, index: int) -> Path:
+        """Where chunk ``index`` of group ``label`` is stored."""
         return self.root / CHUNK_DIR / label / f"chunk_{index:06d}.npz"
 
     def save(self, label: str, index: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write a chunk atomically (a temporary file renamed into place)."""
         target = self.path(label, index)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
@@ -201,6 +203,7 @@ class ChunkStore:
         return folder.is_dir() and any(folder.iterdir())
 
     def per_run_path(self, label: str, index: int) -> Path:
+        """The directory of chunk ``index``'s per-run values."""
         return self.root / CHUNK_DIR / label / f"per_run_{index:06d}"
 
     def save_per_run(self, label: str, index: int, arrays: Mapping[str, np.ndarray]) -> None:

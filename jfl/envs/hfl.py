@@ -757,6 +757,7 @@ class HflEnv(Environment):
         return self._conditions(self._uniforms(key, params, _num_uniform_columns(params)), params)
 
     def observation(self, state: HflState, params: HflParams) -> Observation:
+        """What the policies see before selecting: availability (coverage), prices, contexts."""
         rate = download_rate(
             state.distance, state.shadowing_db, state.fading_down, state.bandwidth, params
         )

@@ -229,6 +229,7 @@ class RbcsfEnv(Environment):
         return self._conditions(self._uniforms(key, params, 3), params)
 
     def observation(self, state: RbcsfState, params: RbcsfParams) -> Observation:
+        """What the policies see before selecting: availability and each client's context."""
         context = jnp.stack(
             [1.0 / state.cpu_ratio, state.cold_start, params.model_size / state.bandwidth], axis=-1
         )

@@ -110,6 +110,7 @@ class HflScenario(Experiment):
         }
 
     def environment_params(self, **overrides):
+        """The ``hfl`` environment and its preset parameters for this sweep, then ``overrides``."""
         from jfl.envs.hfl import HflEnv, preset_params
 
         params = preset_params(

@@ -373,9 +373,11 @@ class WirelessSweep(WirelessScenario):
         raise NotImplementedError
 
     def params(self):
+        """The wireless parameters of the experiment's scenario."""
         raise NotImplementedError
 
     def fairness_vectors(self, configs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The fairness vector c [C, K] and availability α [C, K] of every configuration."""
         raise NotImplementedError
 
     def plan(self) -> Plan:
@@ -512,6 +514,7 @@ class FairnessScenario(WirelessScenario):
         checks.positive("--distance", checks.per_client("--distance", self.distance, self.clients))
 
     def params(self):
+        """The wireless parameters of the fairness preset with this sweep's distances and α."""
         return self.wireless_params(
             distance=checks.per_client("--distance", self.distance, self.clients),
             availability=self.availability,
@@ -704,6 +707,7 @@ class CsUcbQDelay(WirelessScenario):
         check_hparams(self.policies, {"beta": self.beta})
 
     def configs(self) -> pd.DataFrame:
+        """The configuration table: every policy × β per channel count N (ρ for CS-UCB-Q)."""
         from jfl.policies import get
         from jfl.sweep import config_table
 

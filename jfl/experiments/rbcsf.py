@@ -57,9 +57,11 @@ class RbcsfScenario(Experiment):
         check_hparams(self.policies, self.grid())
 
     def grid(self) -> dict[str, list[float]]:
+        """The swept hyperparameters and their values (V, β, α, deadline, γ₂)."""
         return {name: list(getattr(self, name)) for name in SWEPT}
 
     def environment_params(self):
+        """The ``rbcsf`` environment and its parameters for this sweep."""
         from jfl.envs import RbcsfEnv
         from jfl.envs.rbcsf import ETA_BASES
 

@@ -67,6 +67,7 @@ class FederatedTraining:
     """seed of the data partition"""
 
     def check_training(self) -> None:
+        """``ValueError`` naming the flag of the first bad training setting."""
         checks.choice("--dataset", self.dataset, DATASETS)
         checks.choice("--model", self.model, sorted(MODELS))
         checks.choice("--padding", self.padding, PADDINGS)

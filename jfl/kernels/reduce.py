@@ -29,6 +29,7 @@ def pairwise_sum(x: jax.Array, axis: int = -1) -> jax.Array:
 
 
 def pairwise_mean(x: jax.Array, axis: int = -1) -> jax.Array:
+    """The mean along ``axis`` by ``pairwise_sum``: the same bits for any batch shape."""
     x = jnp.asarray(x)
     return pairwise_sum(x, axis) / x.shape[axis]
 

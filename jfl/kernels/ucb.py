@@ -21,6 +21,7 @@ def _check_stats(stats: ArmStats) -> None:
 
 
 def arm_stats_init(num_arms: int, dtype=jnp.float32) -> ArmStats:
+    """No plays yet: counts and means 0 for every arm."""
     return ArmStats(count=jnp.zeros(num_arms, dtype), mean=jnp.zeros(num_arms, dtype))
 
 

@@ -144,6 +144,7 @@ class PolicySpec:
     selects_at_most: Callable[[int, int], int] | None = None
 
     def defaults(self) -> dict[str, float]:
+        """Every hyperparameter's default value."""
         return {k: h.default for k, h in self.hparams.items()}
 
     def validate(self, hparams: Mapping[str, Any]) -> None:
@@ -213,11 +214,13 @@ REGISTRY: dict[str, PolicySpec] = {}
 
 
 def register(spec: PolicySpec) -> PolicySpec:
+    """Add ``spec`` to the registry (replacing one of the same name) and return it."""
     REGISTRY[spec.name] = spec
     return spec
 
 
 def get(name: str) -> PolicySpec:
+    """The registered spec ``name`` (ValueError listing the registered ones otherwise)."""
     if name not in REGISTRY:
         raise ValueError(f"unknown policy {name!r}; choose from {sorted(REGISTRY)}")
     return REGISTRY[name]
