@@ -8,10 +8,13 @@ bad input (tyro's parse errors and the config's checks alike) is one stderr line
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
 from jfl import cli
+from jfl.__main__ import main as jfl_main
 from jfl.experiments import EXPERIMENTS, CsUcbQFairness, FlRbcsf, VBetaGrid
 
 
@@ -165,3 +168,35 @@ def test_format_table_keeps_the_known_columns():
     summary = pd.DataFrame({"policy": ["rbcsf"], "V": [1.0], "other": [2.0]})
     text = cli.format_table(summary, ("policy", "V", "missing"))
     assert "rbcsf" in text and "V" in text and "other" not in text
+
+
+def test_python_m_jfl_lists_the_experiments(capsys):
+    assert jfl_main([]) == 0
+    listing = capsys.readouterr().out
+    for name, config in EXPERIMENTS.items():
+        line = next(line for line in listing.splitlines() if line.split()[:1] == [name])
+        assert config.__doc__.split()[0] in line  # its one-line description
+
+
+def test_python_m_jfl_refuses_an_unknown_name_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit:
+        jfl_main(["v_beta", "--seeds", "2"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "did you mean 'v_beta_grid'?" in err
+
+
+def test_python_m_jfl_runs_an_experiment_with_its_scripts_flags(tmp_path):
+    """The module and the script parse the same flags into the same config and run it."""
+    flags = ["--policies", "random", "--seeds", "2", "--rounds", "4", "--clients", "4", "--m", "2"]
+    flags += ["--quiet", "--no-plots", "--out", str(tmp_path / "m")]
+    done = subprocess.run(
+        [sys.executable, "-m", "jfl", "v_beta_grid", *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 configurations × 2 seeds × 4 rounds" in done.stdout
+    assert (tmp_path / "m" / "summary.csv").exists()
+    assert cli.parse(VBetaGrid, flags) == cli.parse(EXPERIMENTS["v_beta_grid"], flags)
