@@ -177,25 +177,7 @@ def make_run(
     get the environment's observation and cost no evaluation. Such a policy without a learner
     that computes its signals is refused here, before anything compiles.
     """
-    if not isinstance(env, Environment):
-        raise TypeError(f"env must be a jfl.envs.Environment, got {type(env).__name__}")
-    if not isinstance(num_rounds, int | np.integer) or num_rounds < 1:
-        raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
-    fields = {f.name for f in dataclasses.fields(env_params)}
-    unknown = [name for name in env_hparams if name not in fields]
-    if unknown:
-        raise ValueError(f"env_hparams {unknown} are not fields of {type(env_params).__name__}")
-    if learner is not None:
-        eval_every = num_rounds if eval_every is None else eval_every
-        if (
-            not isinstance(eval_every, int | np.integer)
-            or eval_every < 1
-            or num_rounds % eval_every
-        ):
-            raise ValueError(
-                f"eval_every must be an integer >= 1 that divides num_rounds={num_rounds}, "
-                f"got {eval_every!r}"
-            )
+    eval_every = _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every)
     signals = tuple(getattr(policy, "signals", ()))
     check_signals(signals, learner)
     trackers = tuple(trackers)
@@ -210,13 +192,9 @@ def make_run(
         if env_hparams:
             params = env_params.replace(**{name: hparams[name] for name in env_hparams})
         obs, env_state = env.reset(k_reset, params)
-        policy_state = policy.init(k_init, hparams)
+        chex.assert_rank(obs.available, {1, 2})  # shape-only, at trace time
         num_clients = obs.available.shape[0]
-        count = jnp.zeros(num_clients, jnp.int32)
-        tracked = tuple(tracker.init(num_clients, hparams) for tracker in trackers)
-        # Shape-only checks, at trace time.
-        chex.assert_rank(obs.available, {1, 2})
-        training = None
+        training, k_train = None, None
         if learner is not None:
             k_model, k_train = jax.random.split(k_learn[0])
             training = Training(
@@ -224,25 +202,31 @@ def make_run(
                 clock=jnp.zeros((), jnp.result_type(float)),
                 untrained=jnp.asarray(0, jnp.int32),
             )
+        carry = Carry(
+            obs=obs,
+            env_state=env_state,
+            policy_state=policy.init(k_init, hparams),
+            count=jnp.zeros(num_clients, jnp.int32),
+            tracked=tuple(tracker.init(num_clients, hparams) for tracker in trackers),
+            training=training,
+        )
 
-        def one_round(carry: Carry, xs):
-            obs, env_state, policy_state, count, tracked, training = carry
+        def one_round(carry: Carry, xs) -> tuple[Carry, dict]:
             k_select, k_step, t, *k_train_t = xs
-            seen = obs
+            seen = carry.obs
             if signals:
-                values = learner.signals(training.model, data, hparams)
-                seen = LearnerObservation(obs, {name: values[name] for name in signals})
-            action = policy.select(k_select, policy_state, seen, hparams)
-            action = action & obs.available  # defensive: a policy bug must not leak into metrics
-            next_obs, env_state, feedback = env.step(k_step, env_state, action, params)
+                values = learner.signals(carry.training.model, data, hparams)
+                seen = LearnerObservation(carry.obs, {name: values[name] for name in signals})
+            action = policy.select(k_select, carry.policy_state, seen, hparams)
+            action = action & carry.obs.available  # a policy bug must not leak into metrics
+            next_obs, env_state, feedback = env.step(k_step, carry.env_state, action, params)
             chex.assert_shape(feedback.round_time, ())
-            policy_state = policy.update(policy_state, seen, action, feedback, hparams)
+            policy_state = policy.update(carry.policy_state, seen, action, feedback, hparams)
             # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
             selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
-            count = count + selected
             tracked = tuple(
                 tracker.update(state, selected, t, hparams)
-                for tracker, state in zip(trackers, tracked, strict=True)
+                for tracker, state in zip(trackers, carry.tracked, strict=True)
             )
             per_round = {
                 "round_time": feedback.round_time,
@@ -251,51 +235,31 @@ def make_run(
             for tracker, state in zip(trackers, tracked, strict=True):
                 per_round.update(tracker.record(state))
             per_round.update(_round_metrics(env, feedback, num_clients))
+            training = carry.training
             if training is not None:
-                delivered = env.delivered(action, feedback)
-                model, learned = learner.step(
-                    k_train_t[0], training.model, action, delivered, t, data, hparams
-                )
-                training = Training(
-                    model=model,
-                    clock=training.clock + feedback.round_time,
-                    untrained=training.untrained + learned["untrained"],
-                )
-                per_round["wall_clock"] = training.clock
-                per_round["num_delivered"] = learned["num_delivered"]
+                training, learned = _train_round(
+                    learner, training, k_train_t[0], action, env.delivered(action, feedback),
+                    feedback.round_time, t, data, hparams,
+                )  # fmt: skip
+                per_round.update(learned)
             if trajectories:
                 per_round["selected"] = selected
                 for tracker, state in zip(trackers, tracked, strict=True):
                     per_round.update(tracker.trace(state))
-            carry = Carry(next_obs, env_state, policy_state, count, tracked, training)
-            return carry, per_round
+            count = carry.count + selected
+            return Carry(next_obs, env_state, policy_state, count, tracked, training), per_round
 
-        carry = Carry(obs, env_state, policy_state, count, tracked, training)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
         keys = jax.random.split(k_rounds, (num_rounds, 2))
         rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
         xs = (keys[:, 0], keys[:, 1], rounds)
-        evaluation = {}
         if learner is None:
-            carry, per_round = jax.lax.scan(one_round, carry, xs)
+            carry, recorded = jax.lax.scan(one_round, carry, xs)
         else:
-            # Rounds in blocks of eval_every, the model evaluated after each block.
-            blocks = num_rounds // eval_every
             xs = (*xs, jax.random.split(k_train, num_rounds))
-            xs = jax.tree.map(lambda a: a.reshape(blocks, eval_every, *a.shape[1:]), xs)
-
-            def block(carry, xs_block):
-                carry, per_round = jax.lax.scan(one_round, carry, xs_block)
-                return carry, (per_round, learner.evaluate(carry.training.model, data))
-
-            initial = learner.evaluate(training.model, data)
-            carry, (per_round, evaluation) = jax.lax.scan(block, carry, xs)
-            per_round = jax.tree.map(lambda a: a.reshape(num_rounds, *a.shape[2:]), per_round)
-            evaluation = jax.tree.map(
-                lambda first, rest: jnp.concatenate([first[None], rest]), initial, evaluation
+            carry, recorded = _scan_with_evaluation(
+                one_round, carry, xs, learner, data, num_rounds, eval_every
             )
-            evaluation["untrained"] = carry.training.untrained
-        recorded = {**per_round, **evaluation}
         for tracker, state in zip(trackers, carry.tracked, strict=True):
             recorded.update(tracker.final(state))
         return RunOutput(
@@ -307,6 +271,59 @@ def make_run(
         )
 
     return run
+
+
+def _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every) -> int | None:
+    """``make_run``'s arguments checked before anything is traced; the evaluation period."""
+    if not isinstance(env, Environment):
+        raise TypeError(f"env must be a jfl.envs.Environment, got {type(env).__name__}")
+    if not isinstance(num_rounds, int | np.integer) or num_rounds < 1:
+        raise ValueError(f"num_rounds must be an integer >= 1, got {num_rounds!r}")
+    fields = {f.name for f in dataclasses.fields(env_params)}
+    unknown = [name for name in env_hparams if name not in fields]
+    if unknown:
+        raise ValueError(f"env_hparams {unknown} are not fields of {type(env_params).__name__}")
+    if learner is None:
+        return eval_every
+    eval_every = num_rounds if eval_every is None else eval_every
+    if not isinstance(eval_every, int | np.integer) or eval_every < 1 or num_rounds % eval_every:
+        raise ValueError(
+            f"eval_every must be an integer >= 1 that divides num_rounds={num_rounds}, "
+            f"got {eval_every!r}"
+        )
+    return eval_every
+
+
+def _train_round(learner, training: Training, key, action, delivered, round_time, t, data, hp):
+    """One round of federated training: the selected clients train, the delivered models are
+    aggregated, the simulated clock advances by the round time."""
+    model, learned = learner.step(key, training.model, action, delivered, t, data, hp)
+    training = Training(
+        model=model,
+        clock=training.clock + round_time,
+        untrained=training.untrained + learned["untrained"],
+    )
+    return training, {"wall_clock": training.clock, "num_delivered": learned["num_delivered"]}
+
+
+def _scan_with_evaluation(one_round, carry: Carry, xs, learner, data, num_rounds, eval_every):
+    """The rounds in blocks of ``eval_every``, the model evaluated before the first and after
+    each block: ``(carry, per-round outputs and evaluations)``."""
+    blocks = num_rounds // eval_every
+    xs = jax.tree.map(lambda a: a.reshape(blocks, eval_every, *a.shape[1:]), xs)
+
+    def block(carry, xs_block):
+        carry, per_round = jax.lax.scan(one_round, carry, xs_block)
+        return carry, (per_round, learner.evaluate(carry.training.model, data))
+
+    initial = learner.evaluate(carry.training.model, data)
+    carry, (per_round, evaluation) = jax.lax.scan(block, carry, xs)
+    per_round = jax.tree.map(lambda a: a.reshape(num_rounds, *a.shape[2:]), per_round)
+    evaluation = jax.tree.map(
+        lambda first, rest: jnp.concatenate([first[None], rest]), initial, evaluation
+    )
+    evaluation["untrained"] = carry.training.untrained
+    return carry, {**per_round, **evaluation}
 
 
 def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, jax.Array]:
