@@ -9,6 +9,7 @@ bit-identical results.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -381,7 +382,6 @@ def run_chunked(
     """
     if num_configs is None:
         num_configs = len(next(iter(hparams.values())))
-    config_sharding, replicated = _sharding()
     num_devices = jax.local_device_count()
     if chunk_size < 1 or chunk_size % num_devices:
         raise ValueError(
@@ -390,105 +390,146 @@ def run_chunked(
         )
     if layout.count > 1 and store is None:
         raise ValueError("a sweep over several processes needs a chunk store (--out)")
-    stream = tuple(stream) if store is not None else ()
-    bounds = chunk_bounds(num_configs, chunk_size, num_devices)
-    size = balanced_chunk_size(num_configs, chunk_size, num_devices)
+    chunks = _Chunks(
+        batched=batched,
+        keys=keys,
+        hparams=hparams,
+        bounds=chunk_bounds(num_configs, chunk_size, num_devices),
+        size=balanced_chunk_size(num_configs, chunk_size, num_devices),
+        store=store,
+        label=label,
+        stream=tuple(stream) if store is not None else (),
+    )
+    results = chunks.stored() if store is not None and store.has_chunks(label) else {}
+    todo = [i for i in range(len(chunks.bounds)) if i not in results and layout.owns(i)]
+    if progress is not None and results:
+        progress.update(sum(chunks.count(i) for i in results))
+    results.update(_pipeline(chunks, todo, progress))
+    if layout.count > 1:
+        barrier(f"jfl-{label}-chunks", layout)
+        results.update(chunks.others(results))
+    names = chunks.collected()
+    return {k: np.concatenate([results[i][k] for i in range(len(chunks.bounds))]) for k in names}
 
-    def chunk_inputs(start, stop):
-        rows = np.arange(start, start + size).clip(max=stop - 1)
-        return {k: jnp.asarray(v[rows]) for k, v in hparams.items()}, size
 
-    # Shapes of one configuration's outputs: from the first chunk computed, or, to validate
-    # stored chunks before computing anything, from tracing the program (which costs as much as
-    # the call's own trace, so only when there is something stored to read).
-    shapes = {}
+@dataclasses.dataclass
+class _Chunks:
+    """One ``run_chunked`` call's chunks: their inputs, computation, shapes and storage."""
 
-    def per_config(arrays=None):
-        if not shapes:
+    batched: Callable
+    keys: jax.Array
+    hparams: Mapping[str, np.ndarray]
+    bounds: list[tuple[int, int]]  # [start, stop) of every chunk
+    size: int  # every chunk's padded number of configurations
+    store: ChunkStore | None
+    label: str
+    stream: tuple[str, ...]  # outputs that go to the store only
+    shapes: dict = dataclasses.field(default_factory=dict)  # one configuration's output shapes
+
+    def count(self, index: int) -> int:
+        start, stop = self.bounds[index]
+        return stop - start
+
+    def inputs(self, index: int) -> dict:
+        """Chunk ``index``'s hyperparameters, padded by repeating its last row."""
+        start, stop = self.bounds[index]
+        rows = np.arange(start, start + self.size).clip(max=stop - 1)
+        return {k: jnp.asarray(v[rows]) for k, v in self.hparams.items()}
+
+    def per_config(self, arrays=None) -> dict:
+        """Shapes of one configuration's outputs: from the first chunk computed, or, to validate
+        stored chunks before computing anything, from tracing the program (which costs as much
+        as the call's own trace, so only when there is something stored to read)."""
+        if not self.shapes:
             if arrays is None:
-                hp, num = chunk_inputs(*bounds[0])
-                arrays = jax.eval_shape(lambda k, h: batched(k, h, num), keys, hp)
+                run = lambda keys, hparams: self.batched(keys, hparams, self.size)  # noqa: E731
+                arrays = jax.eval_shape(run, self.keys, self.inputs(0))
                 arrays = arrays if isinstance(arrays, Mapping) else arrays.arrays()
-            shapes.update({k: v.shape[1:] for k, v in arrays.items()})
-        return shapes
+            self.shapes.update({k: v.shape[1:] for k, v in arrays.items()})
+        return self.shapes
 
-    def collected():
-        return [name for name in per_config() if name not in stream]
+    def collected(self) -> list[str]:
+        return [name for name in self.per_config() if name not in self.stream]
 
-    def expected(index, names):
-        start, stop = bounds[index]
-        return {k: (stop - start, *per_config()[k]) for k in names}
+    def expected(self, index: int, names) -> dict:
+        return {k: (self.count(index), *self.per_config()[k]) for k in names}
 
-    def load(index):
-        chunk = store.load(label, index, expected(index, collected()))
-        if (
-            chunk is not None
-            and stream
-            and not store.has_per_run(label, index, expected(index, stream))
-        ):
+    def load(self, index: int):
+        """Chunk ``index`` from the store, or None (missing, or its per-run values missing)."""
+        chunk = self.store.load(self.label, index, self.expected(index, self.collected()))
+        if chunk is None or not self.stream:
+            return chunk
+        if not self.store.has_per_run(self.label, index, self.expected(index, self.stream)):
             return None  # its per-run values are missing: compute it again
         return chunk
 
-    results = {}
-    if store is not None and store.has_chunks(label):
-        for index in range(len(bounds)):
-            chunk = load(index)
-            if chunk is not None:
-                results[index] = chunk
-    todo = [i for i in range(len(bounds)) if i not in results and layout.owns(i)]
-    if progress is not None and results:
-        progress.update(sum(bounds[i][1] - bounds[i][0] for i in results))
+    def stored(self) -> dict:
+        found = {index: self.load(index) for index in range(len(self.bounds))}
+        return {index: chunk for index, chunk in found.items() if chunk is not None}
 
-    def dispatch(index):
-        hp, _ = chunk_inputs(*bounds[index])
-        k_in = keys
+    def others(self, results) -> dict:
+        """After every process finished: the chunks this one did not compute, from the store."""
+        loaded = {}
+        for index in range(len(self.bounds)):
+            if index in results:
+                continue
+            loaded[index] = self.load(index)
+            if loaded[index] is None:
+                raise RuntimeError(
+                    f"chunk {index} of {self.label} is missing after every process finished: is "
+                    "--out on a filesystem that every process sees?"
+                )
+        return loaded
+
+    def dispatch(self, index: int):
+        """Start chunk ``index`` on the devices; returns before they finish."""
+        hparams, keys = self.inputs(index), self.keys
+        config_sharding, replicated = _sharding()
         if config_sharding is not None:
-            hp = jax.device_put(hp, config_sharding)
-            k_in = jax.device_put(keys, replicated)
-        output = batched(k_in, hp, size)  # asynchronous: returns before the device finishes
-        return index, output if isinstance(output, Mapping) else output.arrays()
+            hparams = jax.device_put(hparams, config_sharding)
+            keys = jax.device_put(keys, replicated)
+        output = self.batched(keys, hparams, self.size)
+        return output if isinstance(output, Mapping) else output.arrays()
 
-    def fetch(index, arrays):
-        start, stop = bounds[index]
-        count = stop - start
-        trim = (lambda x: x[:count]) if count < size else (lambda x: x)
-        host = {name: np.asarray(trim(arrays[name])) for name in per_config(arrays)}
-        results[index] = {name: host[name] for name in collected()}
-        if store is not None:
+    def fetch(self, index: int, arrays) -> tuple[dict, dict]:
+        """Chunk ``index``'s outputs on the host, padding trimmed: (collected, streamed)."""
+        count = self.count(index)
+        trim = (lambda x: x[:count]) if count < self.size else (lambda x: x)
+        host = {name: np.asarray(trim(arrays[name])) for name in self.per_config(arrays)}
+        return {k: host[k] for k in self.collected()}, {k: host[k] for k in self.stream}
+
+
+def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
+    """Compute the chunks ``todo``: chunk i + 1 is dispatched before chunk i is fetched, and a
+    background thread writes each finished chunk, at most ``IN_FLIGHT`` writes behind; whatever
+    was computed is written, even on an interrupt."""
+    results, writes = {}, []
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jfl-chunk-writer")
+
+    def finish(index, arrays):
+        results[index], per_run = chunks.fetch(index, arrays)
+        if chunks.store is not None:
             if len(writes) >= IN_FLIGHT:
                 writes[-IN_FLIGHT].result()  # the disk keeps up, or the host holds few chunks
-            per_run = {name: host[name] for name in stream}
-            writes.append(writer.submit(_save_chunk, store, label, index, results[index], per_run))
+            args = (chunks.store, chunks.label, index, results[index], per_run)
+            writes.append(writer.submit(_save_chunk, *args))
         if progress is not None:
-            progress.update(count)
+            progress.update(chunks.count(index))
 
-    writes = []
-    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jfl-chunk-writer")
     try:
         pending = None
         for index in todo:
-            dispatched = dispatch(index)
+            dispatched = (index, chunks.dispatch(index))
             if pending is not None:
-                fetch(*pending)
+                finish(*pending)
             pending = dispatched
         if pending is not None:
-            fetch(*pending)
+            finish(*pending)
     finally:
-        # Whatever was computed is written, even on an interrupt.
         writer.shutdown(wait=True)
     for write in writes:
         write.result()  # a failed write raises here
-    if layout.count > 1:
-        barrier(f"jfl-{label}-chunks", layout)
-        for index in range(len(bounds)):
-            if index not in results:
-                results[index] = load(index)
-                if results[index] is None:
-                    raise RuntimeError(
-                        f"chunk {index} of {label} is missing after every process finished: is "
-                        "--out on a filesystem that every process sees?"
-                    )
-    return {k: np.concatenate([results[i][k] for i in range(len(bounds))]) for k in collected()}
+    return results
 
 
 def _save_chunk(store: ChunkStore, label: str, index: int, arrays, per_run) -> None:
