@@ -197,11 +197,7 @@ def make_run(
         training, k_train = None, None
         if learner is not None:
             k_model, k_train = jax.random.split(k_learn[0])
-            training = Training(
-                model=learner.init(k_model, data, hparams),
-                clock=jnp.zeros((), jnp.result_type(float)),
-                untrained=jnp.asarray(0, jnp.int32),
-            )
+            training = _initial_training(learner.init(k_model, data, hparams))
         carry = Carry(
             obs=obs,
             env_state=env_state,
@@ -231,10 +227,9 @@ def make_run(
             per_round = {
                 "round_time": feedback.round_time,
                 "num_selected": jnp.sum(selected, dtype=jnp.int32),
+                **_recorded(trackers, tracked, "record"),
+                **_round_metrics(env, feedback, num_clients),
             }
-            for tracker, state in zip(trackers, tracked, strict=True):
-                per_round.update(tracker.record(state))
-            per_round.update(_round_metrics(env, feedback, num_clients))
             training = carry.training
             if training is not None:
                 training, learned = _train_round(
@@ -243,9 +238,7 @@ def make_run(
                 )  # fmt: skip
                 per_round.update(learned)
             if trajectories:
-                per_round["selected"] = selected
-                for tracker, state in zip(trackers, tracked, strict=True):
-                    per_round.update(tracker.trace(state))
+                per_round.update(selected=selected, **_recorded(trackers, tracked, "trace"))
             count = carry.count + selected
             return Carry(next_obs, env_state, policy_state, count, tracked, training), per_round
 
@@ -260,8 +253,7 @@ def make_run(
             carry, recorded = _scan_with_evaluation(
                 one_round, carry, xs, learner, data, num_rounds, eval_every
             )
-        for tracker, state in zip(trackers, carry.tracked, strict=True):
-            recorded.update(tracker.final(state))
+        recorded.update(_recorded(trackers, carry.tracked, "final"))
         return RunOutput(
             round_time=recorded["round_time"],
             num_selected=recorded["num_selected"],
@@ -292,6 +284,22 @@ def _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every) ->
             f"got {eval_every!r}"
         )
     return eval_every
+
+
+def _initial_training(model) -> Training:
+    return Training(
+        model=model,
+        clock=jnp.zeros((), jnp.result_type(float)),
+        untrained=jnp.asarray(0, jnp.int32),
+    )
+
+
+def _recorded(trackers, tracked, method: str) -> dict[str, jax.Array]:
+    """What every tracker's ``method`` (record, trace or final) gives for its state."""
+    values = {}
+    for tracker, state in zip(trackers, tracked, strict=True):
+        values.update(getattr(tracker, method)(state))
+    return values
 
 
 def _train_round(learner, training: Training, key, action, delivered, round_time, t, data, hp):

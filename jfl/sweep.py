@@ -594,25 +594,10 @@ def run_policy_grid(
     from jfl.reduction import make_reducer
     from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
 
-    per_config = {k: np.asarray(v) for k, v in (per_config or {}).items()}
-    for key, value in per_config.items():
-        if value.shape[:1] != (len(configs),):
-            raise ValueError(f"per_config[{key!r}] needs {len(configs)} rows, got {value.shape}")
-    per_seed = {k: np.asarray(v) for k, v in (per_seed or {}).items()}
-    for key, value in per_seed.items():
-        if value.shape[:2] != (len(configs), len(seeds)):
-            raise ValueError(
-                f"per_seed[{key!r}] needs {len(configs)} rows of {len(seeds)} seeds, got "
-                f"{value.shape}"
-            )
     trackers = tuple(trackers)
-    for name in {n for t in trackers for n in t.hparams} - set(per_config):
-        if name not in configs:
-            raise ValueError(f"a tracker reads {name!r}: give it as a column or per_config")
-        per_config[name] = configs[name].to_numpy()
+    per_config, per_seed = _checked_arrays(configs, seeds, per_config, per_seed, trackers)
     sizes = _sizes(configs, selection_size)
     groups = policy_groups(configs, selection_size)
-    bounds = [(g.start, g.stop) for g in groups]
     reducer = None
     if reduce:
         dims = output_dims(
@@ -622,12 +607,27 @@ def run_policy_grid(
         reducer = make_reducer(dims, num_rounds, tuple(keep), *rates[:1])
     # Every group is checked (environment, learner signals) before the first one compiles.
     learners = []
-    for start, _ in bounds:
-        name, size = configs["policy"].iloc[start], int(sizes[start])
+    for group in groups:
+        name, size = configs["policy"].iloc[group.start], int(sizes[group.start])
         spec = get_policy(name)
         spec.check_environment(env)
         learners.append(None if learner is None else learner(name, size))
         spec.check_learner(learners[-1])
+
+    def batched_run(name: str, size: int, group_learner):
+        run = make_run(
+            env,
+            env_params,
+            get_policy(name).build(num_clients, size),
+            num_rounds,
+            trajectories=trajectories,
+            env_hparams=env_hparams,
+            learner=group_learner,
+            eval_every=eval_every,
+            trackers=trackers,
+        )
+        return make_batched_run(run, data, seed_hparams=tuple(per_seed), reduce=reducer)
+
     keys = seed_keys(base_seed, seeds)
     per_group = []
     bar = tqdm(total=len(configs), unit="config", disable=not show_progress, desc="sweep")
@@ -635,31 +635,13 @@ def run_policy_grid(
         for group, group_learner in zip(groups, learners, strict=True):
             start, stop = group.start, group.stop
             name, size = configs["policy"].iloc[start], int(sizes[start])
-            policy = get_policy(name).build(num_clients, size)
-            batched = make_batched_run(
-                make_run(
-                    env,
-                    env_params,
-                    policy,
-                    num_rounds,
-                    trajectories=trajectories,
-                    env_hparams=env_hparams,
-                    learner=group_learner,
-                    eval_every=eval_every,
-                    trackers=trackers,
-                ),
-                data,
-                seed_hparams=tuple(per_seed),
-                reduce=reducer,
-            )
-            rows = configs.iloc[start:stop]
-            hparams = policy_hparams(name, rows, fixed)
-            hparams.update({k: v[start:stop].astype(np.float32) for k, v in per_config.items()})
-            hparams.update({k: v[start:stop].astype(np.float32) for k, v in per_seed.items()})
+            hparams = policy_hparams(name, configs.iloc[start:stop], fixed)
+            for arrays in (per_config, per_seed):
+                hparams.update({k: v[start:stop].astype(np.float32) for k, v in arrays.items()})
             bar.set_postfix_str(name)
             per_group.append(
                 run_chunked(
-                    batched,
+                    batched_run(name, size, group_learner),
                     keys,
                     hparams,
                     group_chunk_size(chunk_size, stop - start),
@@ -676,6 +658,27 @@ def run_policy_grid(
     if len(per_group) == 1:
         return per_group[0]
     return {k: np.concatenate([p[k] for p in per_group]) for k in per_group[0]}
+
+
+def _checked_arrays(configs, seeds, per_config, per_seed, trackers):
+    """``per_config`` ([C, ...]) with the trackers' hyperparameters that only the table holds,
+    and ``per_seed`` ([C, S, ...]), as NumPy arrays of the right leading shapes."""
+    per_config = {k: np.asarray(v) for k, v in (per_config or {}).items()}
+    for key, value in per_config.items():
+        if value.shape[:1] != (len(configs),):
+            raise ValueError(f"per_config[{key!r}] needs {len(configs)} rows, got {value.shape}")
+    per_seed = {k: np.asarray(v) for k, v in (per_seed or {}).items()}
+    for key, value in per_seed.items():
+        if value.shape[:2] != (len(configs), len(seeds)):
+            raise ValueError(
+                f"per_seed[{key!r}] needs {len(configs)} rows of {len(seeds)} seeds, got "
+                f"{value.shape}"
+            )
+    for name in {n for t in trackers for n in t.hparams} - set(per_config):
+        if name not in configs:
+            raise ValueError(f"a tracker reads {name!r}: give it as a column or per_config")
+        per_config[name] = configs[name].to_numpy()
+    return per_config, per_seed
 
 
 class Group(NamedTuple):

@@ -366,15 +366,7 @@ def make_learner(
         else:
             weight = jnp.ones(slots, jnp.float32)
         weight = jnp.where(in_use & delivered[clients], weight, 0.0)
-        edge = [
-            weighted_average(
-                trained,
-                jnp.where(server[clients] == m, weight, 0.0),
-                jax.tree.map(lambda p, m=m: p[m], state.edge_params),
-            )
-            for m in range(num_servers)
-        ]
-        edge = jax.tree.map(lambda *leaves: jnp.stack(leaves), *edge)
+        edge = _aggregate(trained, weight, server[clients], state.edge_params, num_servers)
         if num_servers > 1:
             merged = server_mean(edge)
             is_global = (t % global_every) == 0
@@ -388,37 +380,8 @@ def make_learner(
         return LearnerState(edge_params=edge), metrics
 
     def evaluate(state: LearnerState, data: FederatedData) -> dict:
-        """Test accuracy and loss of the global model (the mean of the edge models).
-
-        The test set goes through the model in batches of at most ``EVAL_BATCH`` samples, so
-        the memory of a large batch of runs does not grow with the test-set size.
-        """
-        params = server_mean(state.edge_params)
-        num_test = data.y_test.shape[0]
-        size = min(num_test, EVAL_BATCH)
-        num_batches = math.ceil(num_test / size)
-        padding = num_batches * size - num_test
-        x = jnp.concatenate([data.x_test, jnp.zeros((padding, *data.x_test.shape[1:]))])
-        y = jnp.concatenate([data.y_test, jnp.zeros(padding, data.y_test.dtype)])
-        valid = jnp.arange(num_batches * size) < num_test
-
-        def one_batch(batch):
-            x, y, valid = batch
-            logits = apply_fn(params, x)
-            losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-            correct = (jnp.argmax(logits, -1) == y) & valid
-            return correct.astype(jnp.float32), jnp.where(valid, losses, 0.0)
-
-        batches = (
-            x.reshape(num_batches, size, *x.shape[1:]),
-            y.reshape(num_batches, size),
-            valid.reshape(num_batches, size),
-        )
-        correct, losses = jax.lax.map(one_batch, batches)
-        return {
-            "accuracy": pairwise_sum(correct.reshape(-1)) / num_test,
-            "test_loss": pairwise_sum(losses.reshape(-1)) / num_test,
-        }
+        """Test accuracy and loss of the global model (the mean of the edge models)."""
+        return evaluate_model(apply_fn, server_mean(state.edge_params), data)
 
     def signals(state: LearnerState, data: FederatedData, hparams) -> dict:
         """``local_signals`` of the global model (the mean of the edge models) on the
@@ -434,6 +397,53 @@ def make_learner(
         signals=signals,
         provides=LEARNER_SIGNALS,
     )
+
+
+def _aggregate(trained, weight, server, edge_params, num_servers: int):
+    """Every edge server's FedAvg of the models trained for it (``server``: each slot's), its
+    previous model kept when none was delivered: the edge models stacked [M, ...]."""
+    edge = [
+        weighted_average(
+            trained,
+            jnp.where(server == m, weight, 0.0),
+            jax.tree.map(lambda p, m=m: p[m], edge_params),
+        )
+        for m in range(num_servers)
+    ]
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *edge)
+
+
+def evaluate_model(apply_fn, params, data: FederatedData) -> dict:
+    """Test accuracy and loss of ``params`` on ``data``'s test set.
+
+    The test set goes through the model in batches of at most ``EVAL_BATCH`` samples, so the
+    memory of a large batch of runs does not grow with the test-set size.
+    """
+    num_test = data.y_test.shape[0]
+    size = min(num_test, EVAL_BATCH)
+    num_batches = math.ceil(num_test / size)
+    padding = num_batches * size - num_test
+    x = jnp.concatenate([data.x_test, jnp.zeros((padding, *data.x_test.shape[1:]))])
+    y = jnp.concatenate([data.y_test, jnp.zeros(padding, data.y_test.dtype)])
+    valid = jnp.arange(num_batches * size) < num_test
+
+    def one_batch(batch):
+        x, y, valid = batch
+        logits = apply_fn(params, x)
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+        correct = (jnp.argmax(logits, -1) == y) & valid
+        return correct.astype(jnp.float32), jnp.where(valid, losses, 0.0)
+
+    batches = (
+        x.reshape(num_batches, size, *x.shape[1:]),
+        y.reshape(num_batches, size),
+        valid.reshape(num_batches, size),
+    )
+    correct, losses = jax.lax.map(one_batch, batches)
+    return {
+        "accuracy": pairwise_sum(correct.reshape(-1)) / num_test,
+        "test_loss": pairwise_sum(losses.reshape(-1)) / num_test,
+    }
 
 
 def model_footprint(model, sample_shape) -> tuple[int, int]:
