@@ -151,12 +151,16 @@ class Experiment:
         """Write the experiment's figures into ``folder``."""
 
     def settings(self) -> dict:
-        """What the sweep computes, as stored in the manifest (JSON types)."""
-        values = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in EXECUTION_ONLY
-        }
+        """What the sweep computes, as stored in the manifest (JSON types). The fields of a
+        composed settings dataclass (e.g. ``training``) are listed as the experiment's own, as
+        their flags are."""
+        values = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                values.update(dataclasses.asdict(value))
+            elif f.name not in EXECUTION_ONLY:
+                values[f.name] = value
         return json.loads(json.dumps({"experiment": self.name, **values}))
 
 

@@ -140,3 +140,15 @@ def test_import_jfl_is_light_and_loads_submodules_on_use():
         "assert 'jfl.runner' in sys.modules and 'tyro' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_experiments_are_at_most_two_levels_deep():
+    """Experiment → a scenario → the experiment, single inheritance; shared settings are fields
+    (composed dataclasses), not base classes."""
+    from jfl.driver import Experiment
+    from jfl.experiments import EXPERIMENTS
+
+    for name, config in EXPERIMENTS.items():
+        chain = [k for k in config.__mro__ if k is not object]
+        assert len(chain) <= 3 and chain[-1] is Experiment, (name, chain)
+        assert all(len(k.__bases__) == 1 for k in chain), (name, chain)

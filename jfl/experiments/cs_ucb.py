@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import numpy as np
 import pandas as pd
+import tyro
 
 from jfl import checks
 from jfl.cli import Floats, Names
@@ -353,38 +354,22 @@ class WirelessScenario(Experiment):
             metadata={"tau_max": params.tau_max, "tau_max_note": tau_max_note(params.tau_max)},
         )
 
-
-@dataclasses.dataclass(frozen=True)
-class WirelessSweep(WirelessScenario):
-    """A wireless sweep with a regret benchmark per seed (μ(S*) or r* of LP (23))."""
-
-    mc_samples: int = 100_000
-    """Monte Carlo samples per layout for μ_k"""
-
-    benchmark: ClassVar[str] = "best_set"
-
-    def check(self) -> None:
-        super().check()
-        checks.integer("--mc-samples", self.mc_samples)
-
-    # What each experiment defines.
     def configs(self) -> pd.DataFrame:
         """The configuration table, with an ``N`` column."""
-        raise NotImplementedError
-
-    def params(self):
-        """The wireless parameters of the experiment's scenario."""
         raise NotImplementedError
 
     def fairness_vectors(self, configs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """The fairness vector c [C, K] and availability α [C, K] of every configuration."""
         raise NotImplementedError
 
-    def plan(self) -> Plan:
+    def regret_plan(
+        self, params, configs: pd.DataFrame, *, benchmark: str, mc_samples: int
+    ) -> Plan:
+        """``scenario_plan`` with a regret benchmark per seed: μ(S*) of the best fixed set
+        (``benchmark="best_set"``) or r* of LP (23) (``"lp"``), from ``mc_samples`` Monte Carlo
+        samples of μ_k per layout; every run also reports μ(S(t)) from its seed's μ_k."""
         from jfl.runner import seed_keys
 
-        params = self.params()
-        configs = self.configs()
         fairness, availability = self.fairness_vectors(configs)
         plan = self.scenario_plan(params, configs, fairness, availability)
         bench, mu = seed_benchmarks(
@@ -394,8 +379,8 @@ class WirelessSweep(WirelessScenario):
             configs["N"].to_numpy(int),
             fairness,
             availability,
-            kind=self.benchmark,
-            num_samples=self.mc_samples,
+            kind=benchmark,
+            num_samples=mc_samples,
             mc_seed=self.base_seed + 1_000_003,
         )
 
@@ -416,15 +401,12 @@ class WirelessSweep(WirelessScenario):
             per_seed={"mean_reward": mean_reward},
             env_hparams=(*plan.env_hparams, "mean_reward"),
             finish=finish,
-            metadata={"benchmark": BENCHMARK_NOTES[self.benchmark], **plan.metadata},
+            metadata={"benchmark": BENCHMARK_NOTES[benchmark], **plan.metadata},
         )
-
-    def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
 
 
 @dataclasses.dataclass(frozen=True)
-class CsUcbIdeal(WirelessSweep):
+class CsUcbIdeal(WirelessScenario):
     """CS-UCB against Random and Round-robin in the ideal scenario (Xia et al. §V-B, Figs. 1, 3).
 
     K = 20 always-available clients in a 500 m disc (a fresh layout per seed), N channels,
@@ -441,6 +423,8 @@ class CsUcbIdeal(WirelessSweep):
 
     N: Floats = tuple(float(n) for n in range(1, 11))
     """channels N per round, integers 1 ≤ N ≤ K (Fig. 3)"""
+    mc_samples: int = 100_000
+    """Monte Carlo samples per layout for μ_k"""
     seeds: int = 32
     rounds: int = 5000
     out: str = "runs/cs_ucb_ideal"
@@ -455,6 +439,16 @@ class CsUcbIdeal(WirelessSweep):
     def check(self) -> None:
         super().check()
         check_channel_list(self.N, self.clients)
+        checks.integer("--mc-samples", self.mc_samples)
+
+    def plan(self) -> Plan:
+        params = self.params()
+        return self.regret_plan(
+            params, self.configs(), benchmark="best_set", mc_samples=self.mc_samples
+        )
+
+    def metrics(self, ds) -> dict:
+        return regret_metrics(ds)
 
     def configs(self) -> pd.DataFrame:
         from jfl.sweep import config_table
@@ -465,6 +459,7 @@ class CsUcbIdeal(WirelessSweep):
         return configs.sort_values(["N", "policy"], kind="stable").reset_index(drop=True)
 
     def params(self):
+        """The ideal scenario: every client always available."""
         return self.wireless_params(availability=1.0)
 
     def fairness_vectors(self, configs):
@@ -490,16 +485,16 @@ class CsUcbIdeal(WirelessSweep):
 
 
 @dataclasses.dataclass(frozen=True)
-class FairnessScenario(WirelessScenario):
-    """The wireless ``fairness`` preset: K = 3 at an equal 300 m, N = 2, availability 0.9.
+class FairnessPreset:
+    """The wireless ``fairness`` preset's scenario (Xia et al. §V-C): clients at an equal 300 m,
+    N = 2 channels, availability 0.9.
 
     τ_max = 0.5 s instead of the paper's 5 s: with 5 s every reward is ≈ 0.96, CS-UCB-Q's
     truncated index is 1 for every client and no β changes anything
-    (docs/decisions.md#cs-ucb-tau-max).
+    (docs/decisions.md#cs-ucb-tau-max). An experiment holds it as its field ``preset`` (of type
+    :data:`Fairness`), whose flags are the experiment's own (``--N``, ``--distance``, …).
     """
 
-    policies: Names = ("cs_ucb_q", "modified_cs_ucb")
-    clients: int = 3
     N: int = 2
     """channels N, 1 ≤ N ≤ K"""
     distance: Floats = (300.0,)
@@ -507,34 +502,27 @@ class FairnessScenario(WirelessScenario):
     availability: float = 0.9
     """availability α in [0, 1]"""
 
-    def check(self) -> None:
-        super().check()
-        checks.integer("--N", self.N, 1, self.clients, "--clients")
+    def check(self, clients: int) -> None:
+        """``ValueError`` naming the flag of the first bad value, for ``clients`` clients."""
+        checks.integer("--N", self.N, 1, clients, "--clients")
         checks.in_range("--availability", self.availability, 0.0, 1.0)
-        checks.positive("--distance", checks.per_client("--distance", self.distance, self.clients))
+        checks.positive("--distance", checks.per_client("--distance", self.distance, clients))
 
-    def params(self):
-        """The wireless parameters of the fairness preset with this sweep's distances and α."""
-        return self.wireless_params(
-            distance=checks.per_client("--distance", self.distance, self.clients),
+    def params(self, scenario: WirelessScenario):
+        """The wireless parameters of ``scenario`` with this preset's distances and α."""
+        return scenario.wireless_params(
+            distance=checks.per_client("--distance", self.distance, scenario.clients),
             availability=self.availability,
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class FairnessSweep(FairnessScenario, WirelessSweep):
-    """The fairness scenario with regret against r* of the linear program (23) over
-    availability-only policies."""
-
-    mc_samples: int = 200_000
-    seeds: int = 32
-    rounds: int = 5000
-
-    benchmark: ClassVar[str] = "lp"
+# An experiment's field holding the preset; its flags carry no prefix.
+Fairness = Annotated[FairnessPreset, tyro.conf.OmitArgPrefixes]
+FAIRNESS_PRESET = FairnessPreset()
 
 
 @dataclasses.dataclass(frozen=True)
-class CsUcbQFairness(FairnessSweep):
+class CsUcbQFairness(WirelessScenario):
     """CS-UCB-Q for several β against modified CS-UCB (Xia et al. §V-C, Figs. 4–5).
 
     Per-round selections are stored by default (K is small): they give Fig. 5's fractions.
@@ -544,10 +532,18 @@ class CsUcbQFairness(FairnessSweep):
         python sweeps/cs_ucb_q_fairness.py --fairness 0.5,0.5,0.5 --availability 0.95
     """
 
+    policies: Names = ("cs_ucb_q", "modified_cs_ucb")
+    clients: int = 3
+    preset: Fairness = FAIRNESS_PRESET
+    """the fairness scenario: channels, distances, availability"""
     beta: Floats = (1e-5, 1e-3, 0.01, 0.1)
     """CS-UCB-Q weight β in [0, 1]"""
     fairness: Floats = (0.6, 0.5, 0.4)
     """fairness vector c, each in [0, 1): one value or one per client"""
+    mc_samples: int = 200_000
+    """Monte Carlo samples for μ_k"""
+    seeds: int = 32
+    rounds: int = 5000
     trajectories: bool = True
     out: str = "runs/cs_ucb_q_fairness"
 
@@ -559,19 +555,28 @@ class CsUcbQFairness(FairnessSweep):
 
     def check(self) -> None:
         super().check()
+        self.preset.check(self.clients)
+        checks.integer("--mc-samples", self.mc_samples)
         fairness = checks.per_client("--fairness", self.fairness, self.clients)
         checks.in_range("--fairness values c_k", fairness, 0.0, 1.0, high_open=True)
         check_hparams(self.policies, {"beta": self.beta})
 
+    def plan(self) -> Plan:
+        params = self.preset.params(self)
+        return self.regret_plan(params, self.configs(), benchmark="lp", mc_samples=self.mc_samples)
+
+    def metrics(self, ds) -> dict:
+        return regret_metrics(ds)
+
     def configs(self) -> pd.DataFrame:
         from jfl.sweep import config_table
 
-        return config_table(self.policies, {"beta": list(self.beta)}, shared={"N": [self.N]})
+        return config_table(self.policies, {"beta": list(self.beta)}, shared={"N": [self.preset.N]})
 
     def fairness_vectors(self, configs):
         fairness = checks.per_client("--fairness", self.fairness, self.clients)
         return scenario_vectors(
-            configs, self.clients, availability=self.availability, fairness=fairness
+            configs, self.clients, availability=self.preset.availability, fairness=fairness
         )
 
     def figures(self, ds, summary, folder) -> None:
@@ -584,7 +589,7 @@ class CsUcbQFairness(FairnessSweep):
 
 
 @dataclasses.dataclass(frozen=True)
-class BetaRhoGrid(FairnessSweep):
+class BetaRhoGrid(WirelessScenario):
     """CS-UCB-Q over a β × ρ grid with c_k = ρ s_k / Σ s, many seeds (an extension of §V-C).
 
     The ``fairness`` scenario with dataset sizes s = (1500, 1000, 500): ρ scales how many rounds
@@ -597,13 +602,19 @@ class BetaRhoGrid(FairnessSweep):
     """
 
     policies: Names = ("cs_ucb_q",)
+    clients: int = 3
+    preset: Fairness = FAIRNESS_PRESET
+    """the fairness scenario: channels, distances, availability"""
     beta: Floats = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5)
     """CS-UCB-Q weight β in [0, 1]"""
     rho: Floats = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
     """fairness scale ρ ≥ 0"""
     samples: Floats = (1500.0, 1000.0, 500.0)
     """dataset sizes s_k > 0, one per client"""
+    mc_samples: int = 200_000
+    """Monte Carlo samples for μ_k"""
     seeds: int = 128
+    rounds: int = 5000
     out: str = "runs/beta_rho_grid"
 
     name: ClassVar[str] = "beta_rho_grid"
@@ -613,9 +624,18 @@ class BetaRhoGrid(FairnessSweep):
 
     def check(self) -> None:
         super().check()
+        self.preset.check(self.clients)
+        checks.integer("--mc-samples", self.mc_samples)
         checks.in_range("--rho", self.rho, 0.0)
         check_hparams(self.policies, {"beta": self.beta})
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
+
+    def plan(self) -> Plan:
+        params = self.preset.params(self)
+        return self.regret_plan(params, self.configs(), benchmark="lp", mc_samples=self.mc_samples)
+
+    def metrics(self, ds) -> dict:
+        return regret_metrics(ds)
 
     def configs(self) -> pd.DataFrame:
         from jfl.sweep import config_table
@@ -623,13 +643,13 @@ class BetaRhoGrid(FairnessSweep):
         return config_table(
             self.policies,
             {"beta": list(self.beta)},
-            shared={"N": [self.N], "rho": list(self.rho)},
+            shared={"N": [self.preset.N], "rho": list(self.rho)},
         )
 
     def fairness_vectors(self, configs):
         samples = checks.per_client("--samples", self.samples, self.clients)
         return scenario_vectors(
-            configs, self.clients, availability=self.availability, samples=samples
+            configs, self.clients, availability=self.preset.availability, samples=samples
         )
 
     def figures(self, ds, summary, folder) -> None:

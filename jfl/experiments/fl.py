@@ -23,13 +23,30 @@ from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
-from jfl.experiments.cs_ucb import FairnessScenario, WirelessScenario, regret_metrics
+from jfl.experiments.cs_ucb import (
+    Fairness,
+    FairnessPreset,
+    WirelessScenario,
+    regret_metrics,
+)
 from jfl.experiments.rbcsf import RbcsfScenario
-from jfl.experiments.training import ACCURACY_COLUMNS, FederatedTraining, write_figures
+from jfl.experiments.training import (
+    ACCURACY_COLUMNS,
+    FederatedTraining,
+    Training,
+    write_figures,
+)
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
 PAPER_PROTOCOL = {"local_steps": 1, "batch_size": 2, "lr": (0.001,)}
+XIA_TRAINING = FederatedTraining(**PAPER_PROTOCOL)
+# Each experiment's training settings (frozen, so one shared default is safe).
+RBCSF_TRAINING = FederatedTraining(lr=(0.3,))
+XIA_IDEAL_TRAINING = dataclasses.replace(XIA_TRAINING, eval_every=200)
+XIA_FAIRNESS_TRAINING = dataclasses.replace(XIA_TRAINING, eval_every=100)
+FL_FAIRNESS_PRESET = FairnessPreset(N=4)  # Xia Fig. 6: K = 10 on N = 4 channels
+QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10, aggregation="uniform")
 
 
 def slots_of(num_clients: int):
@@ -40,7 +57,7 @@ def slots_of(num_clients: int):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlRbcsf(RbcsfScenario, FederatedTraining):
+class FlRbcsf(RbcsfScenario):
     """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
 
     The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
@@ -63,7 +80,8 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
     """samples per client ≥ 1 (§6.2.1: 500), capped at n // N; None: n // N"""
     seeds: int = 8
     rounds: int = 100
-    lr: Floats = (0.3,)
+    training: Training = RBCSF_TRAINING
+    """dataset, model and FedAvg settings"""
     out: str = "runs/fl_rbcsf"
 
     name: ClassVar[str] = "fl_rbcsf"
@@ -76,7 +94,7 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
 
     def check(self) -> None:
         super().check()
-        self.check_training()
+        self.training.check(self.rounds)
         if self.samples_per_client is not None:
             checks.integer("--samples-per-client", self.samples_per_client)
         # β is also the rate every other policy's fairness is measured against.
@@ -103,7 +121,12 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
             else:
                 name, options = "dirichlet", {"concentration": gamma1}
             partition = make_partition(
-                name, labels, self.clients, self.partition_seed, samples_per_client=size, **options
+                name,
+                labels,
+                self.clients,
+                self.training.partition_seed,
+                samples_per_client=size,
+                **options,
             )
             partitions.append(partition)
         return partitions
@@ -114,11 +137,14 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
         configs = config_table(
             self.policies,
             self.grid(),
-            shared={"partition": list(range(len(self.gamma1))), "learning_rate": list(self.lr)},
+            shared={
+                "partition": list(range(len(self.gamma1))),
+                "learning_rate": list(self.training.lr),
+            },
         )
         configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
-        dataset = self.load_data()
+        dataset = self.training.load_data()
         num_samples = int(dataset.y_train.shape[0])
         size = self.client_size(num_samples)
         requested = self.samples_per_client
@@ -137,8 +163,12 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
             per_run_bytes=0,
             trackers=(fairness_queue(),),
         )
-        plan = self.federated_plan(
-            plan, dataset, self.partitions(dataset.y_train, size), slots_of(self.clients)
+        plan = self.training.federated_plan(
+            plan,
+            dataset,
+            self.partitions(dataset.y_train, size),
+            slots_of(self.clients),
+            rounds=self.rounds,
         )
         spc = {"requested": requested, "used": size}
         data = {**plan.metadata["data"], "samples_per_client": spc}
@@ -149,7 +179,7 @@ class FlRbcsf(RbcsfScenario, FederatedTraining):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
+class FlCsUcbIdeal(WirelessScenario):
     """Federated training with CS-UCB and its baselines choosing the clients (Xia Fig. 2).
 
     The ideal scenario of §V-B: K = 20 always-available clients in a 500 m disc (a fresh layout
@@ -180,10 +210,8 @@ class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
     # One SGD step on 2 samples at lr 0.001 moves the model little a round: on digits the
     # accuracy passes 0.8 after about 5000 rounds.
     rounds: int = 8000
-    eval_every: int = 200
-    batch_size: int = PAPER_PROTOCOL["batch_size"]
-    lr: Floats = PAPER_PROTOCOL["lr"]
-    local_steps: int | None = PAPER_PROTOCOL["local_steps"]
+    training: Training = XIA_IDEAL_TRAINING
+    """dataset, model and FedAvg settings (the paper's protocol)"""
     out: str = "runs/fl_cs_ucb"
 
     name: ClassVar[str] = "fl_cs_ucb"
@@ -197,7 +225,7 @@ class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
     def check(self) -> None:
         super().check()
         checks.integer("--N", self.N, 1, self.clients, "--clients")
-        self.check_training()
+        self.training.check(self.rounds)
 
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
@@ -205,13 +233,17 @@ class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
         from jfl.sweep import config_table
 
         configs = config_table(
-            self.policies, {}, shared={"partition": [0], "learning_rate": list(self.lr)}
+            self.policies, {}, shared={"partition": [0], "learning_rate": list(self.training.lr)}
         )
-        dataset = self.load_data()
-        partition = make_partition("iid", dataset.y_train, self.clients, self.partition_seed)
+        dataset = self.training.load_data()
+        partition = make_partition(
+            "iid", dataset.y_train, self.clients, self.training.partition_seed
+        )
         params = self.wireless_params(availability=1.0)
         plan = Plan(WirelessEnv(), params, configs, selection_size=self.N, per_run_bytes=0)
-        return self.federated_plan(plan, dataset, [partition], slots_of(self.clients))
+        return self.training.federated_plan(
+            plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
+        )
 
     def metrics(self, ds) -> dict:
         return regret_metrics(ds)
@@ -221,7 +253,7 @@ class FlCsUcbIdeal(WirelessScenario, FederatedTraining):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbQ(FairnessScenario, FederatedTraining):
+class FlCsUcbQ(WirelessScenario):
     """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
 
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
@@ -243,7 +275,8 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
     beta: Floats = (0.1,)
     """CS-UCB-Q weight β in [0, 1]"""
     clients: int = 10
-    N: int = 4
+    preset: Fairness = FL_FAIRNESS_PRESET
+    """the fairness scenario: channels, distances, availability"""
     rich_clients: int = 2
     """clients with several digits"""
     labels_per_rich: int = 5
@@ -252,10 +285,8 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
     # The paper's protocol moves the model little a round (see FlCsUcbIdeal): 100 rounds leave
     # it at chance on digits, 4000 take it to about 0.6–0.7.
     rounds: int = 4000
-    eval_every: int = 100
-    batch_size: int = PAPER_PROTOCOL["batch_size"]
-    lr: Floats = PAPER_PROTOCOL["lr"]
-    local_steps: int | None = PAPER_PROTOCOL["local_steps"]
+    training: Training = XIA_FAIRNESS_TRAINING
+    """dataset, model and FedAvg settings (the paper's protocol)"""
     out: str = "runs/fl_cs_ucb_q"
 
     name: ClassVar[str] = "fl_cs_ucb_q"
@@ -268,10 +299,11 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
 
     def check(self) -> None:
         super().check()
+        self.preset.check(self.clients)
         checks.integer("--rich-clients", self.rich_clients, 0, self.clients, "--clients")
         checks.integer("--labels-per-rich", self.labels_per_rich)
         check_hparams(self.policies, {"beta": self.beta})
-        self.check_training()
+        self.training.check(self.rounds)
 
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
@@ -282,23 +314,23 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
         configs = config_table(
             self.policies,
             {"beta": list(self.beta)},
-            shared={"partition": [0], "learning_rate": list(self.lr)},
+            shared={"partition": [0], "learning_rate": list(self.training.lr)},
         )
-        dataset = self.load_data()
+        dataset = self.training.load_data()
         partition = make_partition(
             "heterogeneous",
             dataset.y_train,
             self.clients,
-            self.partition_seed,
+            self.training.partition_seed,
             rich_clients=self.rich_clients,
             labels_per_rich=self.labels_per_rich,
         )
         sizes = partition.count.astype(float)
-        fairness = self.N / 2 * sizes / sizes.sum()
-        availability = np.full(self.clients, self.availability)
+        fairness = self.preset.N / 2 * sizes / sizes.sum()
+        availability = np.full(self.clients, self.preset.availability)
         # c must be achievable with N channels and this availability before anything runs.
-        check_fairness(fairness, availability, self.N)
-        params = self.params()
+        check_fairness(fairness, availability, self.preset.N)
+        params = self.preset.params(self)
         rows = len(configs)
         rate = np.tile(fairness, (rows, 1))
 
@@ -311,7 +343,7 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
             WirelessEnv(),
             params,
             configs,
-            selection_size=self.N,
+            selection_size=self.preset.N,
             per_run_bytes=0,
             per_config={
                 "fairness": rate,
@@ -322,7 +354,9 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
             trackers=(fairness_queue(),),
             finish=finish,
         )
-        return self.federated_plan(plan, dataset, [partition], slots_of(self.clients))
+        return self.training.federated_plan(
+            plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
+        )
 
     def metrics(self, ds) -> dict:
         return regret_metrics(ds)
@@ -332,7 +366,7 @@ class FlCsUcbQ(FairnessScenario, FederatedTraining):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCocs(HflScenario, FederatedTraining):
+class FlCocs(HflScenario):
     """Hierarchical federated training with COCS and its baselines choosing the clients (Qu
     Table II and Fig. 4a).
 
@@ -353,10 +387,8 @@ class FlCocs(HflScenario, FederatedTraining):
     """T_ES: rounds between global aggregations"""
     seeds: int = 8
     rounds: int = 200
-    epochs: int = 2
-    target_accuracy: float = 0.7
-    eval_every: int = 10
-    aggregation: str = "uniform"
+    training: Training = QU_TRAINING
+    """dataset, model and FedAvg settings"""
     out: str = "runs/fl_cocs"
 
     name: ClassVar[str] = "fl_cocs"
@@ -371,7 +403,7 @@ class FlCocs(HflScenario, FederatedTraining):
         super().check()
         checks.integer("--labels-per-client", self.labels_per_client)
         checks.integer("--global-every", self.global_every)
-        self.check_training()
+        self.training.check(self.rounds)
 
     def plan(self) -> Plan:
         from jfl.fl.partition import make_partition
@@ -379,15 +411,17 @@ class FlCocs(HflScenario, FederatedTraining):
 
         scenario = self.scenario()
         configs = config_table(
-            self.policies, {}, shared={**scenario, "partition": [0], "learning_rate": list(self.lr)}
+            self.policies,
+            {},
+            shared={**scenario, "partition": [0], "learning_rate": list(self.training.lr)},
         )
         env, params = self.environment_params()
-        dataset = self.load_data()
+        dataset = self.training.load_data()
         partition = make_partition(
             "two_labels",
             dataset.y_train,
             self.clients,
-            self.partition_seed,
+            self.training.partition_seed,
             labels_per_client=self.labels_per_client,
         )
         slots = max_selected(params, max(scenario["budget"]))
@@ -400,11 +434,12 @@ class FlCocs(HflScenario, FederatedTraining):
             per_config={name: configs[name].to_numpy() for name in scenario},
             env_hparams=tuple(scenario),
         )
-        return self.federated_plan(
+        return self.training.federated_plan(
             plan,
             dataset,
             [partition],
             lambda policy, size: slots,
+            rounds=self.rounds,
             num_servers=self.servers,
             global_every=self.global_every,
         )

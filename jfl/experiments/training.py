@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import Annotated
 
 import numpy as np
+import tyro
 
 from jfl import checks
 from jfl.cli import Floats
@@ -39,7 +41,12 @@ ACCURACY_COLUMNS = (
 
 @dataclasses.dataclass(frozen=True)
 class FederatedTraining:
-    """Dataset, model and FedAvg settings of a federated sweep (mixed into an experiment)."""
+    """Dataset, model and FedAvg settings of a federated sweep.
+
+    An experiment holds them as its field ``training`` (of type :data:`Training`), whose flags
+    are the experiment's own (``--dataset``, ``--lr``, …); its default states the experiment's
+    protocol, e.g. ``FederatedTraining(local_steps=1, batch_size=2, lr=(0.001,))``.
+    """
 
     dataset: str = "digits"
     """one of digits, mnist, fashion_mnist, cifar10"""
@@ -66,7 +73,7 @@ class FederatedTraining:
     partition_seed: int = 0
     """seed of the data partition"""
 
-    def check_training(self) -> None:
+    def check(self, rounds: int) -> None:
         """``ValueError`` naming the flag of the first bad training setting."""
         checks.choice("--dataset", self.dataset, DATASETS)
         checks.choice("--model", self.model, sorted(MODELS))
@@ -78,10 +85,8 @@ class FederatedTraining:
             checks.integer("--local-steps", self.local_steps)
         checks.integer("--eval-every", self.eval_every)
         checks.integer("--partition-seed", self.partition_seed, 0)
-        if self.rounds % self.eval_every:
-            raise ValueError(
-                f"--eval-every must divide --rounds={self.rounds}, got {self.eval_every}"
-            )
+        if rounds % self.eval_every:
+            raise ValueError(f"--eval-every must divide --rounds={rounds}, got {self.eval_every}")
         checks.in_range("--target-accuracy", self.target_accuracy, 0.0, 1.0, low_open=True)
         checks.positive("--lr", self.lr)
 
@@ -109,6 +114,7 @@ class FederatedTraining:
         partitions: Sequence[Partition],
         slots: Callable[[str, int], int],
         *,
+        rounds: int,
         num_servers: int = 1,
         global_every: int = 1,
     ):
@@ -165,7 +171,7 @@ class FederatedTraining:
                 slots=largest,
                 batch_size=self.batch_size,
                 num_servers=num_servers,
-                num_rounds=self.rounds,
+                num_rounds=rounds,
                 num_clients=num_clients,
             ),
             per_config={
@@ -188,6 +194,11 @@ class FederatedTraining:
                 },
             },
         )
+
+
+# An experiment's field of training settings; its flags carry no prefix (``--lr``, not
+# ``--training.lr``).
+Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
 
 
 def write_figures(ds, folder, title: str, scenario_columns=("learning_rate",)) -> None:

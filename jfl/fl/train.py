@@ -310,16 +310,9 @@ def make_learner(
     leading axis, default 0). ``signals`` gives the global model's ``local_signals``.
     """
     slots = num_clients if slots is None else slots
-    check_learner_options(
-        epochs=epochs,
-        batch_size=batch_size,
-        slots=slots,
-        num_clients=num_clients,
-        num_servers=num_servers,
-        aggregation=aggregation,
-        global_every=global_every,
-        local_steps=local_steps,
-    )
+    options = dict(epochs=epochs, batch_size=batch_size, slots=slots, num_clients=num_clients)
+    options.update(num_servers=num_servers, aggregation=aggregation, global_every=global_every)
+    check_learner_options(**options, local_steps=local_steps)
 
     def apply_fn(params, x):
         return model.apply({"params": params}, x)

@@ -24,6 +24,7 @@ from jfl.experiments.cs_ucb import (
     CsUcbIdeal,
     CsUcbQDelay,
     CsUcbQFairness,
+    FairnessPreset,
     add_gap_curves,
     check_scenarios,
     performance_gap,
@@ -114,12 +115,17 @@ def test_check_scenarios_names_the_configuration():
 
 def test_per_client_scenario_values_repeat_one_value():
     """``--distance``/``--fairness``/``--samples``: one value for all clients or one each."""
-    params = CsUcbQFairness(distance=(300.0,)).params()
+    config = CsUcbQFairness(preset=FairnessPreset(distance=(300.0,)))
+    params = config.preset.params(config)
     assert params.coherence_slots == 1
-    assert CsUcbQFairness(coherence_slots=4).params().coherence_slots == 4
+    config = CsUcbQFairness(coherence_slots=4)
+    assert config.preset.params(config).coherence_slots == 4
     assert CsUcbIdeal(coherence_slots=3).params().coherence_slots == 3
     np.testing.assert_array_equal(params.distance, [300.0, 300.0, 300.0])
-    params = CsUcbQFairness(distance=(100.0, 200.0, 300.0), availability=0.5).params()
+    flags = ["--distance", "100,200,300", "--availability", "0.5"]
+    config = cli.parse(CsUcbQFairness, flags)
+    assert config.preset == FairnessPreset(distance=(100.0, 200.0, 300.0), availability=0.5)
+    params = config.preset.params(config)
     np.testing.assert_array_equal(params.distance, [100.0, 200.0, 300.0])
     np.testing.assert_allclose(params.availability, 0.5)
     assert params.tau_max == pytest.approx(0.5)
@@ -283,7 +289,7 @@ POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wire
         (
             "fairness",
             ["--distance", "300,0,300"],
-            "--distance must be in (0, inf), got [300.0, 0.0",
+            "--distance must be in (0, inf), got [0.0",
         ),
         ("fairness", ["--distance", "300,300"], "--distance: expected 1 or --clients=3 values"),
         ("fairness", ["--mc-samples", "0"], "--mc-samples must be an integer >= 1, got 0"),

@@ -102,7 +102,7 @@ COMMON_BAD = [
     (["--lr", "-1"], "--lr must be in (0, inf)"),
     (["--lr", "nan"], "--lr must be in (0, inf)"),
     (["--lr", "inf"], "--lr must be in (0, inf)"),
-    (["--lr", "0.1,0"], "--lr must be in (0, inf), got [0.1, 0.0]"),
+    (["--lr", "0.1,0"], "--lr must be in (0, inf), got [0.0]"),
     (["--lr", "fast"], "--lr"),
     (["--eval-every", "3"], "--eval-every must divide --rounds=4, got 3"),
     (["--eval-every", "0"], "--eval-every must be an integer >= 1"),
@@ -469,18 +469,18 @@ def test_cs_ucb_sweeps_default_to_the_papers_protocol():
     (ρ samples per local update, eq. 36); the FedAvg epochs are a flag away, None spelled so."""
     assert PAPER_PROTOCOL == {"local_steps": 1, "batch_size": 2, "lr": (0.001,)}
     for experiment in (FlCsUcbIdeal, FlCsUcbQ):
-        config = experiment()
-        assert (config.local_steps, config.batch_size, config.lr) == (1, 2, (0.001,))
+        training = experiment().training
+        assert (training.local_steps, training.batch_size, training.lr) == (1, 2, (0.001,))
         fedavg = ["--local-steps", "None", "--batch-size", "10", "--lr", "0.1"]
-        config = cli.parse(experiment, fedavg)
-        assert (config.local_steps, config.batch_size, config.lr) == (None, 10, (0.1,))
-        assert config.epochs == 1
+        training = cli.parse(experiment, fedavg).training
+        assert (training.local_steps, training.batch_size, training.lr) == (None, 10, (0.1,))
+        assert training.epochs == 1
     ideal = FlCsUcbIdeal()
     assert (ideal.clients, ideal.N) == (20, 5)
     assert ideal.policies == ("cs_ucb", "random", "round_robin", "local_accuracy")
-    assert ideal.rounds % ideal.eval_every == 0
+    assert ideal.rounds % ideal.training.eval_every == 0
     # The other federated sweeps keep FedAvg's epochs.
-    assert FlRbcsf().local_steps is None and FlCocs().local_steps is None
+    assert FlRbcsf().training.local_steps is None and FlCocs().training.local_steps is None
 
 
 @pytest.fixture(scope="module")

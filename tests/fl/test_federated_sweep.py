@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from jfl.driver import Experiment, Plan
+from jfl.driver import Plan
 from jfl.envs import RbcsfEnv
 from jfl.experiments.training import FederatedTraining, scenario_label, write_figures
 from jfl.fl.data import Dataset, load_digits
@@ -19,10 +19,7 @@ from jfl.fl.models import make_model
 from jfl.fl.partition import federated_data, make_partition
 from jfl.fl.train import EVAL_BATCH, bytes_per_fl_run, model_footprint
 
-
-@dataclasses.dataclass(frozen=True)
-class TinyTraining(Experiment, FederatedTraining):
-    rounds: int = 10
+ROUNDS = 10
 
 
 def _dataset(n=40, n_test=10, shape=(4, 4, 1), classes=4) -> Dataset:
@@ -100,9 +97,9 @@ def test_bytes_per_fl_run_grows_with_slots_batch_and_model():
     ],
 )
 def test_training_checks_name_the_flag(changes, message):
-    TinyTraining().check_training()
+    FederatedTraining().check(ROUNDS)
     with pytest.raises(ValueError) as err:
-        dataclasses.replace(TinyTraining(), **changes).check_training()
+        dataclasses.replace(FederatedTraining(), **changes).check(ROUNDS)
     assert message in str(err.value)
 
 
@@ -122,8 +119,8 @@ def test_federated_plan_adds_learner_data_memory_and_accuracy_attributes():
         asked.append((policy, size))
         return size + 1
 
-    training = TinyTraining(target_accuracy=0.5, eval_every=5)
-    plan = training.federated_plan(selection, dataset, partitions, slots)
+    training = FederatedTraining(target_accuracy=0.5, eval_every=5)
+    plan = training.federated_plan(selection, dataset, partitions, slots, rounds=ROUNDS)
     assert plan.per_run_bytes > 0 and plan.eval_every == 5
     np.testing.assert_array_equal(plan.per_config["learning_rate"], [0.1, 0.3])
     np.testing.assert_array_equal(plan.per_config["partition"], [0, 1])
