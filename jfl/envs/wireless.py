@@ -192,19 +192,25 @@ def make_params(
         phi_high=jnp.asarray(phi_high, dtype),
         availability=jnp.asarray(availability, dtype),
         distance=distance,
-        radius=float(radius),
-        min_distance=float(min_distance),
-        bandwidth=float(bandwidth),
-        tx_power_dbm=float(tx_power_dbm),
-        noise_dbm=float(noise_dbm),
-        path_loss_intercept=float(path_loss[0]),
-        path_loss_slope=float(path_loss[1]),
-        download_bits=float(download_bits),
-        upload_bits=float(upload_bits),
-        samples_per_update=float(samples_per_update),
-        tau_max=float(tau_max),
         coherence_slots=int(coherence_slots),
         mean_reward=mean_reward,
+        # The static scalars, as Python floats (pytree metadata, not traced arrays).
+        **{
+            name: float(value)
+            for name, value in (
+                ("radius", radius),
+                ("min_distance", min_distance),
+                ("bandwidth", bandwidth),
+                ("tx_power_dbm", tx_power_dbm),
+                ("noise_dbm", noise_dbm),
+                ("path_loss_intercept", path_loss[0]),
+                ("path_loss_slope", path_loss[1]),
+                ("download_bits", download_bits),
+                ("upload_bits", upload_bits),
+                ("samples_per_update", samples_per_update),
+                ("tau_max", tau_max),
+            )
+        },
     )
 
 
@@ -277,14 +283,8 @@ class WirelessEnv(Environment):
 
     name = "wireless"
     # Fields of Observation and Feedback, for policy compatibility checks.
-    provides = (
-        "available",
-        "time",
-        "reward",
-        "round_time",
-        "set_reward",
-        "num_failed",
-        "mean_set_reward",
+    provides = tuple(
+        "available time reward round_time set_reward num_failed mean_set_reward".split()
     )
     # Recorded every round (the Feedback fields of the same names).
     round_metrics: ClassVar[dict[str, Metric]] = {
