@@ -17,7 +17,7 @@ RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a 
      process, and the vmapped grid at 64, 512 (and, logistic, 4,096) configurations in
      config-rounds per second.
 Timings are the best of several calls after a first (compiling) call. No number here is asserted
-anywhere; README records a table from this script.
+anywhere; docs/benchmarks.md records a table from this script.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ Prints, for the same machine and the same run:
   7. the sweep driver's marginal throughput (``sweeps/v_beta_grid.py``'s ``jfl.driver.run``: the
      difference of an 8192- and a 1024-run sweep, RBCS-F only, 64 seeds) beside the bare
      runner's best batch throughput, and their ratio;
-  8. with --memory: peak resident memory and bytes written of README's "Bigger grids" command
-     and of a 10^6-run sweep (16,384 configurations × 64 seeds × 500 rounds), as processes;
+  8. with --memory: peak resident memory and bytes written of docs/scale.md's "Bigger grids"
+     command and of a 10^6-run sweep (16,384 configurations × 64 seeds × 500 rounds), as processes;
   9. ``divide_and_conquer``'s sequential and parallel schedules (section ``p4``) for
      N = 10^4 … 10^7 (m = 8), one jitted instance each, and their ratio.
-No number here is asserted anywhere; README records a table from this script.
+No number here is asserted anywhere; docs/benchmarks.md records a table from this script.
 """
 
 from __future__ import annotations
@@ -418,13 +418,13 @@ def accelerator_section(quick: bool, numpy_seeds: int) -> None:
 
 
 def memory_section(quick: bool) -> None:
-    """Peak resident memory and bytes written of README's "Bigger grids" command and of a
-    10^6-run sweep, each in a fresh process."""
+    """Peak resident memory and bytes written of docs/scale.md's "Bigger grids" command and of
+    a 10^6-run sweep, each in a fresh process."""
     import tempfile
 
     bigger = ["--V", "0:50:11", "--beta", "0:0.3:7", "--alpha", "0.05,0.1,0.2", "--seeds", "256"]
     million = [*grid_flags(1_048_576), "--policies", "rbcsf"]
-    runs = {"README's bigger grid (231 configs × 256 seeds)": bigger}
+    runs = {"the bigger grid of docs/scale.md (231 configs × 256 seeds)": bigger}
     if not quick:
         runs["10^6 runs (16,384 configs × 64 seeds), RBCS-F"] = million
     print(f"\n8. memory: whole sweeps as processes, T={T}")

@@ -1,4 +1,5 @@
-"""What a faithful reading of the COCS paper gives (SPEC §5), on fixed seeds.
+"""What a faithful reading of the COCS paper gives (docs/reproductions/cocs.md#results), on fixed
+seeds.
 
 All policies run on the same seed keys, so they meet the same clients, channels and coverage
 (common random numbers) and every comparison is a paired difference of cumulative utility

@@ -1,11 +1,12 @@
-"""The paper's qualitative claims for CS-UCB and CS-UCB-Q (SPEC §5), on fixed seeds.
+"""The paper's qualitative claims for CS-UCB and CS-UCB-Q (docs/reproductions/cs-ucb.md#claims), on
+fixed seeds.
 
 Every comparison is a 95% Student-t interval over seeds that must exclude the boundary; paired
 comparisons use common random numbers (the same seed keys for every policy, hence the same client
-layout and channel draws). The fast suite uses 16 seeds; the slow one (``pytest -m slow``)
-repeats the noisier claims on 64 seeds and over longer runs. Regret is the pseudo-regret of the
-paper's proofs, T·r_bench − Σ_t μ(S(t)), with μ_k estimated by Monte Carlo per seed (the runs
-report μ(S(t)) from the same μ_k as the benchmark); τ_max is jfl's 0.5 s (SPEC §2.2).
+layout and channel draws). The fast suite uses 16 seeds; the slow one (``pytest -m slow``) repeats
+the noisier claims on 64 seeds and over longer runs. Regret is the pseudo-regret of the paper's
+proofs, T·r_bench − Σ_t μ(S(t)), with μ_k estimated by Monte Carlo per seed (the runs report μ(S(t))
+from the same μ_k as the benchmark); τ_max is jfl's 0.5 s (docs/decisions.md#cs-ucb-tau-max).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RBCS-F paper claims (SPEC §5) on fixed seeds.
+"""RBCS-F paper claims (docs/reproductions/rbcsf.md) on fixed seeds.
 
 Every comparison uses the Student-t 95% intervals over seeds: a claim "A < B" holds when A's
 upper bound is below B's lower bound, so the tolerance comes from the seed count alone.
@@ -45,7 +45,8 @@ def _paper_run(num_seeds, eta_base):
     ids=["16-bits", "16-nats", "64-bits"],
 )
 def paper(request):
-    """The paper's simulation under both readings of η = log(1 + SNR) (SPEC §9)."""
+    """The paper's simulation under both readings of η = log(1 + SNR)
+    (docs/decisions.md#rbcsf-eta)."""
     num_seeds, eta_base = request.param
     ds = _paper_run(num_seeds, eta_base)
     ds.attrs["eta_base"] = eta_base

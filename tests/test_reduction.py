@@ -46,7 +46,8 @@ RTOL = 4 * float(np.finfo(np.float32).eps)  # float32 sums of ≤ 20 terms again
 
 
 def numpy_metrics(outputs: dict, target: np.ndarray, num_rounds: int) -> dict:
-    """SPEC §4's per-run metrics in float64, one run at a time, from its recorded values."""
+    """The per-run metrics (docs/metrics.md) in float64, one run at a time, from its recorded
+    values."""
     rate = np.asarray(outputs["selection_count"], float) / num_rounds
     target = np.broadcast_to(np.asarray(target, float), rate.shape)
     squares = (rate**2).sum()

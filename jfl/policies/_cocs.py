@@ -10,7 +10,7 @@ weights:
 * ``cocs`` (Alg. 1, eqs. 13-18): hypercube success estimates with forced exploration.
 * ``cocs_lookahead``: COCS with eq. 13's "τ_n^t ≤ τ_dead" kept literally. That condition is
   this round's outcome, unknown before selecting, so this is **not a causal policy**: a
-  diagnostic of what the paper's Fig. 3 may have measured (README, "COCS").
+  diagnostic of what the paper's Fig. 3 may have measured (docs/reproductions/cocs.md).
 * ``oracle`` (§VI-B, line ~367): "knows precisely whether one client can be received by the
   corresponding ES before the deadline": the maximum number of this round's successful pairs.
 * ``oracle_context`` (§IV-A): knows p(φ) = E[X | observed context] and maximises Σ p.

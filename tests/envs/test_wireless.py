@@ -111,7 +111,7 @@ def test_unknown_preset_is_rejected():
 def test_presets_and_paper_defaults():
     """The presets hold the spec's values; φ bounds follow the paper's formula for k = 1..K."""
     ideal = preset_params("ideal")
-    # τ_max: 0.5 s in both presets instead of the paper's 5 s (SPEC §2.2).
+    # τ_max: 0.5 s in both presets instead of the paper's 5 s (docs/decisions.md#cs-ucb-tau-max).
     assert ideal.num_clients == 20 and ideal.tau_max == 0.5 and ideal.distance is None
     assert PAPER_TAU_MAX == 5.0 and make_params().tau_max == 0.5
     np.testing.assert_array_equal(np.asarray(ideal.availability), 1.0)
@@ -306,7 +306,8 @@ def test_mean_reward_matches_reference_sample():
         se = reward.std(axis=0, ddof=1) * math.sqrt(1.0 / num_np + 1.0 / NUM_MC)
         diff = np.asarray(mu, float) - reward.mean(axis=0)
         assert np.all(np.abs(diff) <= 5 * se), (tau_max, diff, se)
-    # τ_max = 0.2 s at 300 m spreads the rewards (SPEC §2.2: means ≈ 0.12 / 0.19 / 0.24)
+    # τ_max = 0.2 s at 300 m spreads the rewards (docs/decisions.md#cs-ucb-tau-max: means ≈ 0.12 /
+    # 0.19 / 0.24)
     fair = preset_params("fairness", tau_max=0.2)
     mu, _ = REWARD_STATISTICS(jax.random.key(52), fair, fair.distance, NUM_MC)
     np.testing.assert_allclose(np.asarray(mu), [0.12, 0.19, 0.24], atol=0.015)

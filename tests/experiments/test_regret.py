@@ -22,8 +22,8 @@ from jfl.experiments.regret import (
     fairness_capacity,
 )
 
-# The paper's fairness experiment (Sec. V) with tau_max = 0.2 s (SPEC §2.2): mean rewards of the
-# three clients, availability 0.9, c = (0.6, 0.5, 0.4), N = 2.
+# The paper's fairness experiment (Sec. V) with tau_max = 0.2 s (docs/decisions.md#cs-ucb-tau-max):
+# mean rewards of the three clients, availability 0.9, c = (0.6, 0.5, 0.4), N = 2.
 PAPER_MU = np.array([0.12, 0.19, 0.24])
 PAPER_AVAIL = np.full(3, 0.9)
 PAPER_C = np.array([0.6, 0.5, 0.4])
