@@ -111,8 +111,6 @@ class FlRbcsf(RbcsfScenario):
     def partitions(self, labels, size: int):
         """One partition per γ₁ (IID for ∞), all from ``--partition-seed``, every client with
         ``size`` samples."""
-        from jfl.fl.partition import make_partition
-
         partitions = []
         for gamma1 in self.gamma1:
             # The IID split gets the Dirichlet size too, so γ₁ alone differs between scenarios.
@@ -120,13 +118,8 @@ class FlRbcsf(RbcsfScenario):
                 name, options = "iid", {}
             else:
                 name, options = "dirichlet", {"concentration": gamma1}
-            partition = make_partition(
-                name,
-                labels,
-                self.clients,
-                self.training.partition_seed,
-                samples_per_client=size,
-                **options,
+            partition = self.training.partition(
+                name, labels, self.clients, samples_per_client=size, **options
             )
             partitions.append(partition)
         return partitions
@@ -137,10 +130,7 @@ class FlRbcsf(RbcsfScenario):
         configs = config_table(
             self.policies,
             self.grid(),
-            shared={
-                "partition": list(range(len(self.gamma1))),
-                "learning_rate": list(self.training.lr),
-            },
+            shared=self.training.columns(len(self.gamma1)),
         )
         configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
@@ -229,16 +219,11 @@ class FlCsUcbIdeal(WirelessScenario):
 
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
-        from jfl.fl.partition import make_partition
         from jfl.sweep import config_table
 
-        configs = config_table(
-            self.policies, {}, shared={"partition": [0], "learning_rate": list(self.training.lr)}
-        )
+        configs = config_table(self.policies, {}, shared=self.training.columns())
         dataset = self.training.load_data()
-        partition = make_partition(
-            "iid", dataset.y_train, self.clients, self.training.partition_seed
-        )
+        partition = self.training.partition("iid", dataset.y_train, self.clients)
         params = self.wireless_params(availability=1.0)
         plan = Plan(WirelessEnv(), params, configs, selection_size=self.N, per_run_bytes=0)
         return self.training.federated_plan(
@@ -308,20 +293,16 @@ class FlCsUcbQ(WirelessScenario):
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
         from jfl.experiments.regret import check_fairness
-        from jfl.fl.partition import make_partition
         from jfl.sweep import config_table
 
         configs = config_table(
-            self.policies,
-            {"beta": list(self.beta)},
-            shared={"partition": [0], "learning_rate": list(self.training.lr)},
+            self.policies, {"beta": list(self.beta)}, shared=self.training.columns()
         )
         dataset = self.training.load_data()
-        partition = make_partition(
+        partition = self.training.partition(
             "heterogeneous",
             dataset.y_train,
             self.clients,
-            self.training.partition_seed,
             rich_clients=self.rich_clients,
             labels_per_rich=self.labels_per_rich,
         )
@@ -406,23 +387,14 @@ class FlCocs(HflScenario):
         self.training.check(self.rounds)
 
     def plan(self) -> Plan:
-        from jfl.fl.partition import make_partition
         from jfl.sweep import config_table
 
         scenario = self.scenario()
-        configs = config_table(
-            self.policies,
-            {},
-            shared={**scenario, "partition": [0], "learning_rate": list(self.training.lr)},
-        )
+        configs = config_table(self.policies, {}, shared={**scenario, **self.training.columns()})
         env, params = self.environment_params()
         dataset = self.training.load_data()
-        partition = make_partition(
-            "two_labels",
-            dataset.y_train,
-            self.clients,
-            self.training.partition_seed,
-            labels_per_client=self.labels_per_client,
+        partition = self.training.partition(
+            "two_labels", dataset.y_train, self.clients, labels_per_client=self.labels_per_client
         )
         slots = max_selected(params, max(scenario["budget"]))
         plan = Plan(

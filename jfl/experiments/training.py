@@ -90,6 +90,17 @@ class FederatedTraining:
         checks.in_range("--target-accuracy", self.target_accuracy, 0.0, 1.0, low_open=True)
         checks.positive("--lr", self.lr)
 
+    def columns(self, partitions: int = 1) -> dict[str, list]:
+        """The training scenario's configuration columns, crossed with every policy
+        (``config_table``'s ``shared``): the partition index and the learning rate."""
+        return {"partition": list(range(partitions)), "learning_rate": list(self.lr)}
+
+    def partition(self, name: str, labels, num_clients: int, **options) -> Partition:
+        """``jfl.fl.make_partition`` of the training labels from ``--partition-seed``."""
+        from jfl.fl.partition import make_partition
+
+        return make_partition(name, labels, num_clients, self.partition_seed, **options)
+
     def load_data(self) -> Dataset:
         """The dataset (``DatasetError``, a ValueError, if it cannot be read), checked against
         the model's smallest input."""
