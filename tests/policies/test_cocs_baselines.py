@@ -267,9 +267,9 @@ def test_batch_invariance(name):
     run = make_batched_run(make_run(HflEnv(), params, spec.build(6, 2), 20))
     keys = seed_keys(4, range(2))
     batch = {k: np.array([v, v * 0.5, v * 2], np.float32) for k, v in spec.defaults().items()}
-    out_batch = run(keys, batch)
+    out_batch = run(keys, batch, 3)  # cucb has no hyperparameters: the batch is given
     alone = {k: np.repeat(v[1:2], 3) for k, v in batch.items()}
-    out_alone = run(keys, alone)
+    out_alone = run(keys, alone, 3)
     for field, value in out_alone.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(
