@@ -1,28 +1,33 @@
-"""Every notebook under ``notebooks/`` runs end to end on its small defaults, and is stored clean.
+"""Every notebook under ``notebooks/`` runs end to end, shows what the library computes, and is
+stored clean.
 
 Notebooks are executed with nbclient in a fresh kernel whose working directory is a temporary
-folder, so whatever they write (``runs/…``) stays out of the repository. A failing cell fails the
-test with the cell's traceback.
+folder, so whatever they write (``runs/…``) stays out of the repository, at small sizes
+(``tests.helpers.NOTEBOOK_SIZES``: a cell after the settings cell; the notebooks keep their own
+defaults). A failing cell fails the test with the cell's traceback; the summaries and values
+they show are then checked against the library (``tests.helpers.check_notebook_results``).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-CELL_TIMEOUT_S = 600
-# The executions are split over two test files (this one and test_notebooks_later.py) so that
-# the two test workers share them: each takes 20-45 s.
-LATER = ("01_rbcsf", "03_cocs", "05_custom_policy")
+from tests.helpers import (
+    NOTEBOOK_RESULTS,
+    NOTEBOOK_SIZES,
+    NOTEBOOKS,
+    NOTEBOOKS_LATER,
+    assigned_names,
+    run_notebook_and_check,
+)
 
 
 def test_there_are_notebooks():
     assert len(NOTEBOOKS) >= 6, [p.name for p in NOTEBOOKS]
+    assert sorted(NOTEBOOK_SIZES) == sorted(NOTEBOOK_RESULTS) == [p.stem for p in NOTEBOOKS]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -38,30 +43,26 @@ def test_notebook_is_stored_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_states_what_it_shows_and_how_to_scale_up(path):
+    """A title, a cell marked for scaling up, and one settings cell with the sizes the test
+    makes small (so that the test runs what a user runs, only shorter)."""
     notebook = nbformat.read(path, as_version=4)
     first = notebook.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
-    assert "takes" in first.source.lower(), f"{path.name}: the intro should say how long it takes"
     assert any("scale up" in cell.source.lower() for cell in notebook.cells), (
         f"{path.name}: no cell marked for scaling up on an accelerator"
     )
+    sizes = set(NOTEBOOK_SIZES[path.stem])
+    settings = [
+        cell
+        for cell in notebook.cells
+        if cell.cell_type == "code" and sizes <= assigned_names(cell.source)
+    ]
+    assert settings, f"{path.name}: no settings cell defines {sorted(sizes)}"
 
 
-def execute(path: Path, tmp_path: Path) -> None:
-    """Run every cell of the notebook at ``path`` in a fresh kernel, in ``tmp_path``."""
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    )
-    client.execute()  # raises CellExecutionError naming the cell on any error
-
-
-FIRST = [p for p in NOTEBOOKS if p.stem not in LATER]
+FIRST = [p for p in NOTEBOOKS if p.stem not in NOTEBOOKS_LATER]
 
 
 @pytest.mark.parametrize("path", FIRST, ids=lambda p: p.stem)
 def test_notebook_runs_end_to_end(path, tmp_path):
-    execute(path, tmp_path)
+    run_notebook_and_check(path, tmp_path)

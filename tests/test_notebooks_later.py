@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_notebooks import LATER, NOTEBOOKS, execute
+from tests.helpers import NOTEBOOKS, NOTEBOOKS_LATER, run_notebook_and_check
+
+LATER = [p for p in NOTEBOOKS if p.stem in NOTEBOOKS_LATER]
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in LATER], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LATER, ids=lambda p: p.stem)
 def test_notebook_runs_end_to_end(path, tmp_path):
-    execute(path, tmp_path)
+    run_notebook_and_check(path, tmp_path)

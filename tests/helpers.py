@@ -1,0 +1,288 @@
+"""Helpers shared by several test modules (test modules import from here, never from each other).
+
+* ``cli_fails``: a command line refused with one stderr line;
+* ``record_figures``: every matplotlib figure saved while it is active, by file name, so that a
+  test can read a figure back (titles, labels, lines, legends) instead of its file size;
+* ``execute_notebook``: a notebook under ``notebooks/`` run in a fresh kernel at small sizes.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+# The notebooks tests/test_notebooks_later.py executes; tests/test_notebooks.py runs the others,
+# so that the two test workers share the executions (03_cocs alone is the longest).
+NOTEBOOKS_LATER = ("01_rbcsf", "03_cocs")
+CELL_TIMEOUT_S = 600
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+def cli_fails(config_type, argv, capsys, tmp_path=None, prog="prog") -> str:
+    """Run ``jfl.cli.main`` expecting exit 2 with exactly one stderr line (``<prog>: error: …``)
+    and nothing on stdout; with ``tmp_path``, ``--out tmp_path/out`` is added and must not be
+    created. Returns the line."""
+    from jfl import cli
+
+    if tmp_path is not None:
+        argv = [*argv, "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(config_type, argv, prog=prog)
+    captured = capsys.readouterr()
+    assert exc.value.code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"{prog}: error: ")
+    assert captured.out == ""
+    if tmp_path is not None:
+        assert not (tmp_path / "out").exists()
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@contextlib.contextmanager
+def record_figures() -> Iterator[dict]:
+    """``{file name: Figure}`` of every ``Figure.savefig`` call while active (the file is still
+    written). jfl.plots draws on ``matplotlib.figure.Figure`` objects, so this sees every figure
+    an experiment writes, whichever function drew it."""
+    from matplotlib.figure import Figure
+
+    saved: dict = {}
+    savefig = Figure.savefig
+
+    def recording(self, fname, *args, **kwargs):
+        saved[Path(fname).name] = self
+        return savefig(self, fname, *args, **kwargs)
+
+    Figure.savefig = recording
+    try:
+        yield saved
+    finally:
+        Figure.savefig = savefig
+
+
+def axes_summary(figure) -> list[dict]:
+    """What a reader sees on each axes of ``figure`` that has a title or labels (colorbars
+    left out): title, axis labels, the number of lines drawn and the legend's texts."""
+    out = []
+    for ax in figure.axes:
+        if ax.get_label() == "<colorbar>":
+            continue
+        legend = ax.get_legend()
+        out.append(
+            {
+                "title": ax.get_title(),
+                "xlabel": ax.get_xlabel(),
+                "ylabel": ax.get_ylabel(),
+                "lines": len(ax.get_lines()),
+                "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+                "images": len(ax.get_images()),
+            }
+        )
+    return out
+
+
+def check_figure(figure, title=None, xlabel=None, ylabel=None, lines=None, legend=None) -> dict:
+    """The figure's single (non-colorbar) axes has the given texts, at least ``lines`` lines and
+    the ``legend`` texts (in order) when given; returns its ``axes_summary``."""
+    (ax,) = axes_summary(figure)
+    for key, want in (("title", title), ("xlabel", xlabel), ("ylabel", ylabel)):
+        if want is not None:
+            assert ax[key] == want, (key, ax)
+    if lines is not None:
+        assert ax["lines"] >= lines, ax
+    if legend is not None:
+        assert ax["legend"] == list(legend), ax
+    return ax
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def assigned_names(source: str) -> set[str]:
+    """Names a cell's top-level statements assign (``A = …``, ``A, B = …``)."""
+    names = set()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    names.add(name.id)
+    return names
+
+
+def with_sizes(notebook, sizes: Mapping[str, str]):
+    """``notebook`` with a cell that sets ``sizes`` ({name: Python expression}) inserted right
+    after the code cell that defines them all (its settings cell), so every later cell reads the
+    small values; the notebook's own defaults, for users, stay as they are."""
+    import nbformat
+
+    if not sizes:
+        return notebook
+    settings = [
+        index
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and set(sizes) <= assigned_names(cell.source)
+    ]
+    assert settings, f"no cell of the notebook defines all of {sorted(sizes)}"
+    index = settings[0]
+    source = "\n".join(f"{name} = {value}" for name, value in sizes.items())
+    notebook.cells.insert(index + 1, nbformat.v4.new_code_cell("# test sizes\n" + source))
+    return notebook
+
+
+def execute_notebook(path: Path, workdir: Path, sizes: Mapping[str, str] | None = None, end=""):
+    """Run every cell of the notebook at ``path`` in a fresh kernel whose working directory is
+    ``workdir``, with ``sizes`` (see ``with_sizes``) and the code ``end`` as a last cell; returns
+    the executed notebook (raises CellExecutionError naming the cell on any error)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = with_sizes(nbformat.read(path, as_version=4), sizes or {})
+    if end:
+        notebook.cells.append(nbformat.v4.new_code_cell(end))
+    client = NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    client.execute()
+    return notebook
+
+
+def printed(notebook) -> str:
+    """Everything the executed notebook's cells printed (stdout streams), in order."""
+    return "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream" and output.get("name") == "stdout"
+    )
+
+
+# Small sizes under test ({notebook: {name: expression}}), set right after the notebook's
+# settings cell. The notebooks are compile-bound (one program per policy), so these mostly cut
+# the rounds they then run, 03_cocs's branch and bound above all.
+NOTEBOOK_SIZES = {
+    "00_quick_start": {"SEEDS": "4", "ROUNDS": "60", "CLI_SEEDS": "2"},
+    "01_rbcsf": {"SEEDS": "3", "ROUNDS": "60"},
+    "02_cs_ucb": {"ROUNDS": "500", "MC_SAMPLES": "2000", "BETAS": "[1e-5, 0.01, 0.1]"},
+    "03_cocs": {"SEEDS": "2", "ROUNDS": "30", "H_T": "[1.0, 2.0, 5.0]"},
+    "04_federated_training": {"SEEDS": "2", "ROUNDS": "20"},
+    "05_custom_policy": {"SEEDS": "4", "ROUNDS": "60", "CHECK_ROUNDS": "40"},
+}
+
+# The datasets and summary tables each notebook shows ({notebook: {dataset: (summary, metrics)}}),
+# written by a last cell under test so that the test can recompute the summaries with the library.
+NOTEBOOK_RESULTS = {
+    "00_quick_start": {"ds": ("summary", None)},
+    "01_rbcsf": {"ds": ("summary", None)},
+    "02_cs_ucb": {"ds_ideal": ("summary_ideal", "regret"), "ds_q": ("summary_q", "regret")},
+    "03_cocs": {"ds": ("summary", "utility")},
+    "04_federated_training": {"ds": ("summary", None)},
+    "05_custom_policy": {"ds": ("summary", None)},
+}
+RESULTS_DIR = "test_results"
+
+
+def results_cell(name: str) -> str:
+    """The last cell: every dataset of ``NOTEBOOK_RESULTS[name]`` as netCDF and its summary as
+    CSV under ``RESULTS_DIR`` (03_cocs: also its table of paired differences)."""
+    lines = [
+        "import pathlib as _pathlib",
+        "from jfl import results as _results",
+        f"_out = _pathlib.Path({RESULTS_DIR!r})",
+        "_out.mkdir(exist_ok=True)",
+    ]
+    for dataset, (summary, _) in NOTEBOOK_RESULTS[name].items():
+        lines.append(f"_results.write_dataset({dataset}, _out / '{dataset}.nc')")
+        lines.append(f"{summary}.to_csv(_out / '{dataset}.csv', index=False)")
+    if name == "03_cocs":
+        lines.append("pd.DataFrame(rows).to_csv(_out / 'differences.csv', index=False)")
+    return "\n".join(lines)
+
+
+def check_notebook_results(name: str, notebook, workdir: Path) -> None:
+    """What the notebook shows is the library's computation on its runs, at the test sizes.
+
+    Every summary table it shows equals ``jfl.results.summarize`` (with the experiment's own
+    metrics) of the dataset it shows, written to netCDF and read back; the datasets have the
+    test's numbers of seeds and rounds; and per notebook a value it prints or writes is checked
+    against the library: 00 the command-line sweep's summary (reduced on the device) against the
+    Python runs' first seeds, 03 the paired differences against ``jfl.stats.mean_ci``, 04 the
+    number of samples per client against the dataset's size.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from jfl import results, stats
+    from jfl.experiments import cocs, cs_ucb
+
+    metrics = {None: None, "regret": cs_ucb.regret_metrics, "utility": cocs.utility_metrics}
+    sizes = NOTEBOOK_SIZES[name]
+    folder = workdir / RESULTS_DIR
+    loaded = {}
+    for dataset, (_, kind) in NOTEBOOK_RESULTS[name].items():
+        ds = loaded[dataset] = results.load_dataset(folder / f"{dataset}.nc")
+        if "SEEDS" in sizes:
+            assert ds.sizes["seed"] == int(sizes["SEEDS"]), dict(ds.sizes)
+        if "ROUNDS" in sizes:
+            assert ds.sizes["round"] == int(sizes["ROUNDS"]), dict(ds.sizes)
+        shown = pd.read_csv(folder / f"{dataset}.csv")
+        ours = results.summarize(ds, metrics=metrics[kind])
+        assert len(shown) == ds.sizes["config"]
+        pd.testing.assert_frame_equal(shown, pd.read_csv(io.StringIO(ours.to_csv(index=False))))
+
+    text = printed(notebook)
+    if name == "00_quick_start":
+        ds, cli_seeds = loaded["ds"], int(sizes["CLI_SEEDS"])
+        cli = pd.read_csv(workdir / "runs" / "00_quick_start" / "cli" / "summary.csv")
+        first = results.summarize(ds.isel(config=slice(0, len(cli)), seed=slice(0, cli_seeds)))
+        assert list(cli["policy"]) == list(first["policy"]) and (cli["n_seeds"] == cli_seeds).all()
+        for column in ("mean_round_time", "mean_round_time_lo", "min_selection_rate", "jain_index"):
+            np.testing.assert_allclose(cli[column], first[column], rtol=1e-5, err_msg=column)
+        assert "reproduces the Python runs bit for bit" in text
+    if name == "03_cocs":
+        ds = loaded["ds"]
+        table = pd.read_csv(folder / "differences.csv")
+        assert len(table) == 6
+        policy, h_t = ds["policy"].to_numpy(), ds["h_T"].to_numpy()
+
+        def paper_row(p):  # the notebook's row of each policy: COCS at the paper's h_T = 5
+            return int(np.flatnonzero((policy == p) & ((p != "cocs") | (h_t == 5.0)))[0])
+
+        total = {
+            p: ds["utility"].isel(config=paper_row(p)).sum("round").to_numpy()
+            for p in ("oracle", "cocs", "linucb", "cucb", "random_budget")
+        }
+        names = {"Oracle": "oracle", "COCS": "cocs", "LinUCB": "linucb", "CUCB": "cucb"}
+        names["Random"] = "random_budget"
+        for row in table.itertuples():
+            a, b = (names[s.strip()[2:-1]] for s in row.difference.split("−"))
+            mean, lo, hi = stats.mean_ci(total[a] - total[b])
+            np.testing.assert_allclose([row.mean, row.lo, row.hi], [mean, lo, hi], rtol=1e-9)
+            assert row.resolved == bool(lo > 0 or hi < 0)
+    if name == "04_federated_training":
+        from jfl.fl import load_dataset
+
+        size = min(500, len(load_dataset("digits").y_train) // 40)
+        assert f"\n{size} samples per client\n" in f"\n{text}", text[:500]
+
+
+def run_notebook_and_check(path: Path, workdir: Path) -> None:
+    """Execute the notebook at ``path`` at its test sizes in ``workdir`` and check what it
+    shows (``check_notebook_results``)."""
+    notebook = execute_notebook(path, workdir, NOTEBOOK_SIZES[path.stem], results_cell(path.stem))
+    check_notebook_results(path.stem, notebook, workdir)
