@@ -16,24 +16,7 @@ import pytest
 from jfl import cli
 from jfl.__main__ import main as jfl_main
 from jfl.experiments import EXPERIMENTS, CsUcbQFairness, FlRbcsf, VBetaGrid
-
-
-def _fails(config_type, argv, capsys, tmp_path=None) -> str:
-    """Run ``jfl.cli.main`` expecting exit 2 with exactly one stderr line; returns that line."""
-    if tmp_path is not None:
-        argv = [*argv, "--out", str(tmp_path / "out")]
-    with pytest.raises(SystemExit) as exc:
-        cli.main(config_type, argv, prog="prog")
-    captured = capsys.readouterr()
-    assert exc.value.code == 2
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("prog: error: ")
-    assert captured.out == ""
-    if tmp_path is not None:
-        assert not (tmp_path / "out").exists()
-    return lines[0]
-
+from tests.helpers import cli_fails
 
 # --------------------------------------------------------------------------- parsing
 
@@ -119,7 +102,7 @@ def test_help_exits_0_listing_the_flags(capsys):
     ],
 )
 def test_parse_errors_are_one_line_naming_the_flag(argv, expected, capsys, tmp_path):
-    line = _fails(VBetaGrid, argv, capsys, tmp_path)
+    line = cli_fails(VBetaGrid, argv, capsys, tmp_path)
     for word in expected:
         assert word in line, line
     assert "─" not in line and "---" not in line  # no trace of tyro's panel
@@ -136,7 +119,7 @@ def test_parse_errors_are_one_line_naming_the_flag(argv, expected, capsys, tmp_p
     ],
 )
 def test_check_errors_are_one_line(argv, message, capsys, tmp_path):
-    assert _fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
+    assert cli_fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
 
 
 def test_prog_defaults_to_the_script_name(capsys, monkeypatch, tmp_path):

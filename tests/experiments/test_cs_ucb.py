@@ -37,7 +37,7 @@ from jfl.policies import get
 from jfl.results import load_dataset, run_metrics, running_selection_fraction
 from jfl.runner import seed_keys
 from tests.golden import check_golden
-from tests.test_cli import _fails
+from tests.helpers import cli_fails
 
 EXPERIMENTS = {
     "ideal": CsUcbIdeal,
@@ -334,7 +334,7 @@ def test_bad_input_fails_early_with_one_line(experiment, argv, expected, capsys,
     """Each bad flag exits with status 2 and one line naming it; --out is not created."""
     out = tmp_path / "out"
     tiny = TINY_WITHOUT_BENCHMARK if experiment == "delay" else TINY
-    line = _fails(EXPERIMENTS[experiment], [*tiny, *argv, "--out", str(out)], capsys)
+    line = cli_fails(EXPERIMENTS[experiment], [*tiny, *argv, "--out", str(out)], capsys)
     assert expected in line
     assert not out.exists()
 
@@ -634,7 +634,7 @@ def test_running_again_reuses_the_directory_and_other_settings_are_refused(fairn
         )
     capsys.readouterr()
 
-    line = _fails(CsUcbQFairness, [*argv, "--beta", "0.5", "--no-plots"], capsys)
+    line = cli_fails(CsUcbQFairness, [*argv, "--beta", "0.5", "--no-plots"], capsys)
     assert f"--out {out} holds a sweep with other settings" in line
     assert "beta: was [0.001, 0.1], now [0.5]" in line
     assert {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")} == chunks
