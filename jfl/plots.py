@@ -2,7 +2,8 @@
 
 Figures are ``matplotlib.figure.Figure`` objects saved to files, never pyplot's global figures,
 so they work under whatever backend the caller has (none is selected here; a notebook's inline
-backend stays as it is).
+backend stays as it is). Every ``plot_*`` function saves its figure to ``path`` and returns it,
+for a caller that wants to show it, change it or read it back.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def plot_over_rounds(
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def plot_pull_record(ds, path, configs=None, max_lines=12):
@@ -128,6 +130,7 @@ def plot_pull_record(ds, path, configs=None, max_lines=12):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
@@ -143,6 +146,7 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     fig.colorbar(image, ax=ax, label=metric)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None, title=None):
@@ -174,6 +178,7 @@ def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def _label_columns(summary: pd.DataFrame) -> list[str]:
@@ -213,6 +218,7 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig
 
 
 def plot_accuracy(
@@ -253,3 +259,4 @@ def plot_accuracy(
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    return fig

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 
 import matplotlib
+import matplotlib.image
 import numpy as np
 import pytest
 import xarray as xr
 
 from jfl import plots
 from jfl.results import summarize
+from tests.helpers import axes_summary, check_figure
 
 CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 8, 3
 
@@ -49,30 +51,104 @@ def ds():
     )
 
 
-def _png(path) -> bool:
-    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 1000
+LABELS = ["rbcsf V=1 beta=0.1", "rbcsf V=10 beta=0.2", "random"]
 
 
-def test_over_rounds_pull_record_selection_fraction_and_accuracy(ds, tmp_path):
-    figures = {
-        "rounds.png": lambda p: plots.plot_over_rounds(
-            ds, "round_time", "time (s)", p, "title", cumulative=True
-        ),
-        "pull.png": lambda p: plots.plot_pull_record(ds, p, configs=[0, 2]),
-        "fraction.png": lambda p: plots.plot_selection_fraction(ds, p),
-        "accuracy_round.png": lambda p: plots.plot_accuracy(ds, p),
-        "accuracy_time.png": lambda p: plots.plot_accuracy(ds, p, against="time", title="t"),
-    }
-    for name, draw in figures.items():
-        draw(tmp_path / name)
-        assert _png(tmp_path / name), name
+def _read_back(path, figure):
+    """The file is a PNG of the figure's size at 120 dpi (read back as pixels), not blank."""
+    image = matplotlib.image.imread(path)
+    width, height = figure.get_size_inches() * 120
+    assert image.shape[:2] == (round(height), round(width)), (image.shape, width, height)
+    assert image[..., :3].std() > 0.05  # something is drawn on the white background
+
+
+def _band_means(ax):
+    return [np.asarray(line.get_ydata()) for line in ax.get_lines()]
+
+
+def test_over_rounds_and_pull_record(ds, tmp_path):
+    """Cumulative round time per configuration (the mean over seeds of the cumulative sums) and
+    the pull record (the mean over seeds of the sorted selection counts)."""
+    fig = plots.plot_over_rounds(
+        ds, "round_time", "time (s)", tmp_path / "rounds.png", "title", cumulative=True
+    )
+    _read_back(tmp_path / "rounds.png", fig)
+    check_figure(fig, "title", "round", "time (s)", lines=3, legend=LABELS)
+    cumulative = ds["round_time"].cumsum("round").mean("seed").to_numpy()
+    np.testing.assert_allclose(_band_means(fig.axes[0]), cumulative, rtol=1e-6)
+    np.testing.assert_array_equal(fig.axes[0].get_lines()[0].get_xdata(), np.arange(1, ROUNDS + 1))
+
+    fig = plots.plot_pull_record(ds, tmp_path / "pull.png", configs=[0, 2])
+    _read_back(tmp_path / "pull.png", fig)
+    check_figure(
+        fig,
+        "Pull record",
+        "client (sorted by pull count)",
+        f"selections after {ROUNDS} rounds",
+        lines=2,
+        legend=[LABELS[0], LABELS[2]],
+    )
+    counts = np.sort(ds["selection_count"].isel(config=[0, 2]).to_numpy(), axis=-1).mean(1)
+    np.testing.assert_allclose(_band_means(fig.axes[0]), counts)
+
+
+def test_selection_fraction_has_a_panel_per_client_with_its_target(ds, tmp_path):
+    fig = plots.plot_selection_fraction(ds, tmp_path / "fraction.png")
+    _read_back(tmp_path / "fraction.png", fig)
+    panels = axes_summary(fig)
+    assert [p["title"] for p in panels] == [f"client {k + 1}" for k in range(CLIENTS)]
+    assert panels[0]["ylabel"] == "selection fraction"
+    assert all(p["xlabel"] == "round" and p["lines"] == CONFIGS + 1 for p in panels)
+    assert panels[-1]["legend"] == LABELS
+    for k, ax in enumerate(fig.axes):
+        *bands, target = ax.get_lines()
+        np.testing.assert_array_equal(target.get_ydata(), [0.4, 0.4])  # the queue rate c_k
+        running = ds["selected"].isel(client=k).cumsum("round") / ds["round"]
+        np.testing.assert_allclose(
+            [b.get_ydata() for b in bands], running.mean("seed").to_numpy(), rtol=1e-6
+        )
+
+
+def test_accuracy_against_rounds_and_time(ds, tmp_path):
+    for against, given, title, xlabel in (
+        ("round", None, "Test accuracy vs round", "round"),
+        ("time", "t", "t", "simulated wall-clock time (s)"),
+    ):
+        path = tmp_path / f"accuracy_{against}.png"
+        fig = plots.plot_accuracy(ds, path, against=against, title=given)
+        _read_back(path, fig)
+        check_figure(fig, title, xlabel, "test accuracy", lines=CONFIGS + 1, legend=LABELS)
+        *bands, target = fig.axes[0].get_lines()
+        np.testing.assert_array_equal(target.get_ydata(), [0.5, 0.5])  # target_accuracy
+        np.testing.assert_allclose(
+            [b.get_ydata() for b in bands], ds["accuracy"].mean("seed").to_numpy()
+        )
+        x = bands[1].get_xdata()
+        if against == "round":
+            np.testing.assert_array_equal(x, [0, 4, 8])
+        else:  # the seed-mean of the clock at each evaluation round
+            clock = ds["wall_clock"].isel(config=1).mean("seed").to_numpy()
+            np.testing.assert_allclose(x, np.concatenate([[0.0], clock])[[0, 4, 8]], rtol=1e-6)
 
 
 def test_summary_figures(ds, tmp_path):
     summary = summarize(ds)
-    plots.plot_heatmap(summary.iloc[:2], "mean_round_time", "V", "beta", tmp_path / "heat.png")
-    plots.plot_metric_vs(summary, "jain_index", "V", tmp_path / "vs.png", "Jain", "title")
-    assert _png(tmp_path / "heat.png") and _png(tmp_path / "vs.png")
+    fig = plots.plot_heatmap(
+        summary.iloc[:2], "mean_round_time", "V", "beta", tmp_path / "heat.png"
+    )
+    _read_back(tmp_path / "heat.png", fig)
+    check_figure(fig, "mean_round_time", "V", "beta")
+    (image,) = fig.axes[0].get_images()
+    want = summary.iloc[:2].pivot_table(index="beta", columns="V", values="mean_round_time")
+    np.testing.assert_array_equal(np.ma.filled(image.get_array(), np.nan), want.to_numpy())
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "10"]
+    assert fig.axes[1].get_label() == "<colorbar>"
+
+    fig = plots.plot_metric_vs(summary, "jain_index", "V", tmp_path / "vs.png", "Jain", "title")
+    _read_back(tmp_path / "vs.png", fig)
+    check_figure(fig, "title", "V", "Jain", legend=["rbcsf beta=0.1", "rbcsf beta=0.2", "random"])
+    points = [c.lines[0].get_ydata() for c in fig.axes[0].containers]
+    np.testing.assert_allclose(np.concatenate(points), summary["jain_index"])
 
 
 def test_labels_name_only_what_varies(ds):
@@ -84,5 +160,6 @@ def test_labels_name_only_what_varies(ds):
 def test_import_and_plotting_leave_the_backend_alone(ds, tmp_path):
     backend = matplotlib.get_backend()
     importlib.reload(plots)
-    plots.plot_pull_record(ds, tmp_path / "pull.png")
+    fig = plots.plot_pull_record(ds, tmp_path / "pull.png")
     assert matplotlib.get_backend() == backend
+    assert fig.canvas.manager is None  # not one of pyplot's figures
