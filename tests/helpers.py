@@ -92,9 +92,23 @@ def axes_summary(figure) -> list[dict]:
     return out
 
 
-def check_figure(figure, title=None, xlabel=None, ylabel=None, lines=None, legend=None) -> dict:
-    """The figure's single (non-colorbar) axes has the given texts, at least ``lines`` lines and
-    the ``legend`` texts (in order) when given; returns its ``axes_summary``."""
+def read_back_png(path, figure, dpi=120) -> None:
+    """The file at ``path`` is a PNG of ``figure``'s size at ``dpi`` (read back as pixels), with
+    something drawn on it (not a blank page)."""
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    width, height = figure.get_size_inches() * dpi
+    assert image.shape[:2] == (round(height), round(width)), (path, image.shape, width, height)
+    assert image[..., :3].std() > 0.05, path
+
+
+def check_figure(
+    figure, title=None, xlabel=None, ylabel=None, lines=None, legend=None, policies=None
+) -> dict:
+    """The figure's single (non-colorbar) axes has the given title and axis labels, at least
+    ``lines`` lines, the ``legend`` texts (in order) and legend texts that start with the
+    ``policies`` (in order), where given; returns its ``axes_summary``."""
     (ax,) = axes_summary(figure)
     for key, want in (("title", title), ("xlabel", xlabel), ("ylabel", ylabel)):
         if want is not None:
@@ -103,7 +117,20 @@ def check_figure(figure, title=None, xlabel=None, ylabel=None, lines=None, legen
         assert ax["lines"] >= lines, ax
     if legend is not None:
         assert ax["legend"] == list(legend), ax
+    if policies is not None:
+        assert [text.split()[0] for text in ax["legend"]] == list(policies), ax
     return ax
+
+
+def check_saved_figures(folder: Path, figures: Mapping, expected: Mapping[str, Mapping]) -> None:
+    """Every figure named in ``expected`` ({file stem: ``check_figure`` arguments}) was saved
+    under ``folder`` (read back) and shows what it is given; no other figure was written there."""
+    written = sorted(p.stem for p in Path(folder).glob("*.png"))
+    assert written == sorted(expected), written
+    for name, want in expected.items():
+        figure = figures[f"{name}.png"]
+        read_back_png(Path(folder) / f"{name}.png", figure)
+        check_figure(figure, **want)
 
 
 # --------------------------------------------------------------------------- notebooks

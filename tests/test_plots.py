@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib
 
 import matplotlib
-import matplotlib.image
 import numpy as np
 import pytest
 import xarray as xr
 
 from jfl import plots
 from jfl.results import summarize
-from tests.helpers import axes_summary, check_figure
+from tests.helpers import axes_summary, check_figure, read_back_png
 
 CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 8, 3
 
@@ -54,14 +53,6 @@ def ds():
 LABELS = ["rbcsf V=1 beta=0.1", "rbcsf V=10 beta=0.2", "random"]
 
 
-def _read_back(path, figure):
-    """The file is a PNG of the figure's size at 120 dpi (read back as pixels), not blank."""
-    image = matplotlib.image.imread(path)
-    width, height = figure.get_size_inches() * 120
-    assert image.shape[:2] == (round(height), round(width)), (image.shape, width, height)
-    assert image[..., :3].std() > 0.05  # something is drawn on the white background
-
-
 def _band_means(ax):
     return [np.asarray(line.get_ydata()) for line in ax.get_lines()]
 
@@ -72,14 +63,14 @@ def test_over_rounds_and_pull_record(ds, tmp_path):
     fig = plots.plot_over_rounds(
         ds, "round_time", "time (s)", tmp_path / "rounds.png", "title", cumulative=True
     )
-    _read_back(tmp_path / "rounds.png", fig)
+    read_back_png(tmp_path / "rounds.png", fig)
     check_figure(fig, "title", "round", "time (s)", lines=3, legend=LABELS)
     cumulative = ds["round_time"].cumsum("round").mean("seed").to_numpy()
     np.testing.assert_allclose(_band_means(fig.axes[0]), cumulative, rtol=1e-6)
     np.testing.assert_array_equal(fig.axes[0].get_lines()[0].get_xdata(), np.arange(1, ROUNDS + 1))
 
     fig = plots.plot_pull_record(ds, tmp_path / "pull.png", configs=[0, 2])
-    _read_back(tmp_path / "pull.png", fig)
+    read_back_png(tmp_path / "pull.png", fig)
     check_figure(
         fig,
         "Pull record",
@@ -94,7 +85,7 @@ def test_over_rounds_and_pull_record(ds, tmp_path):
 
 def test_selection_fraction_has_a_panel_per_client_with_its_target(ds, tmp_path):
     fig = plots.plot_selection_fraction(ds, tmp_path / "fraction.png")
-    _read_back(tmp_path / "fraction.png", fig)
+    read_back_png(tmp_path / "fraction.png", fig)
     panels = axes_summary(fig)
     assert [p["title"] for p in panels] == [f"client {k + 1}" for k in range(CLIENTS)]
     assert panels[0]["ylabel"] == "selection fraction"
@@ -116,7 +107,7 @@ def test_accuracy_against_rounds_and_time(ds, tmp_path):
     ):
         path = tmp_path / f"accuracy_{against}.png"
         fig = plots.plot_accuracy(ds, path, against=against, title=given)
-        _read_back(path, fig)
+        read_back_png(path, fig)
         check_figure(fig, title, xlabel, "test accuracy", lines=CONFIGS + 1, legend=LABELS)
         *bands, target = fig.axes[0].get_lines()
         np.testing.assert_array_equal(target.get_ydata(), [0.5, 0.5])  # target_accuracy
@@ -136,7 +127,7 @@ def test_summary_figures(ds, tmp_path):
     fig = plots.plot_heatmap(
         summary.iloc[:2], "mean_round_time", "V", "beta", tmp_path / "heat.png"
     )
-    _read_back(tmp_path / "heat.png", fig)
+    read_back_png(tmp_path / "heat.png", fig)
     check_figure(fig, "mean_round_time", "V", "beta")
     (image,) = fig.axes[0].get_images()
     want = summary.iloc[:2].pivot_table(index="beta", columns="V", values="mean_round_time")
@@ -145,7 +136,7 @@ def test_summary_figures(ds, tmp_path):
     assert fig.axes[1].get_label() == "<colorbar>"
 
     fig = plots.plot_metric_vs(summary, "jain_index", "V", tmp_path / "vs.png", "Jain", "title")
-    _read_back(tmp_path / "vs.png", fig)
+    read_back_png(tmp_path / "vs.png", fig)
     check_figure(fig, "title", "V", "Jain", legend=["rbcsf beta=0.1", "rbcsf beta=0.2", "random"])
     points = [c.lines[0].get_ydata() for c in fig.axes[0].containers]
     np.testing.assert_allclose(np.concatenate(points), summary["jain_index"])

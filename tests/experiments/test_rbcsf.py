@@ -24,6 +24,7 @@ from jfl.driver import EXECUTION_ONLY
 from jfl.experiments import VBetaGrid
 from jfl.results import load_dataset
 from tests.golden import check_golden
+from tests.helpers import check_saved_figures, record_figures
 
 PROG = "v_beta_grid.py"
 # 4 RBCS-F configurations in chunks of 3 (the second padded), Random and FedCS one each.
@@ -162,11 +163,12 @@ def grid_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("v_beta_grid") / "out"
     argv = [*TINY, "--out", str(out)]
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
+    with contextlib.redirect_stdout(stdout), record_figures() as figures:
         assert cli.main(VBetaGrid, argv, prog=PROG) == 0
     return {
         "out": out,
         "argv": argv,
+        "figures": figures,
         "stdout": stdout.getvalue(),
         "summary": pd.read_csv(out / "summary.csv"),
         "ds": load_dataset(out / "results.nc"),
@@ -203,14 +205,41 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
     assert config["eta_base"] == "2"  # η in bits; Lemma 1's constants of that environment:
     assert metadata["fixed_hparams"]["noise_scale"] == pytest.approx(19.0)
     assert json.loads((out / "manifest.json").read_text()) == config
-    for name in (
-        "queue_vs_round",
-        "cumulative_time",
-        "pull_record",
-        "heatmap_mean_round_time",
-        "heatmap_min_selection_rate",
-    ):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 1000, name
+    policies = ["rbcsf"] * 4 + ["random", "fedcs"]
+    check_saved_figures(
+        out / "figures",
+        grid_run["figures"],
+        {
+            "queue_vs_round": {  # one line per V at the first β
+                "title": "RBCS-F mean queue backlog (paper Fig. 2)",
+                "xlabel": "round",
+                "ylabel": "mean queue backlog Z",
+                "legend": ["rbcsf V=0 beta=0", "rbcsf V=50 beta=0"],
+            },
+            "cumulative_time": {
+                "title": "Training time (paper Fig. 3)",
+                "ylabel": "cumulative training time (s)",
+                "lines": 6,
+                "policies": policies,
+            },
+            "pull_record": {"title": "Pull record", "lines": 6, "policies": policies},
+            "heatmap_mean_round_time": {
+                "title": "RBCS-F mean round time (s)",
+                "xlabel": "V",
+                "ylabel": "beta",
+            },
+            "heatmap_min_selection_rate": {
+                "title": "RBCS-F minimum selection rate",
+                "xlabel": "V",
+                "ylabel": "beta",
+            },
+        },
+    )
+    for metric in ("mean_round_time", "min_selection_rate"):  # the cells are the summary's
+        (image,) = grid_run["figures"][f"heatmap_{metric}.png"].axes[0].get_images()
+        rbcsf = summary[summary.policy == "rbcsf"]
+        grid = rbcsf.pivot_table(index="beta", columns="V", values=metric)
+        np.testing.assert_allclose(image.get_array(), grid.to_numpy(), rtol=1e-6)
     assert len(list((out / "chunks" / "rbcsf").glob("*.npz"))) == 2
 
 
