@@ -123,14 +123,18 @@ def check_figure(
 
 
 def check_saved_figures(folder: Path, figures: Mapping, expected: Mapping[str, Mapping]) -> None:
-    """Every figure named in ``expected`` ({file stem: ``check_figure`` arguments}) was saved
-    under ``folder`` (read back) and shows what it is given; no other figure was written there."""
+    """Every figure named in ``expected`` ({file stem: ``check_figure`` arguments, or
+    ``{"panels": [titles]}`` for a figure of several axes}) was saved under ``folder`` (read
+    back) and shows what it is given; no other figure was written there."""
     written = sorted(p.stem for p in Path(folder).glob("*.png"))
     assert written == sorted(expected), written
     for name, want in expected.items():
         figure = figures[f"{name}.png"]
         read_back_png(Path(folder) / f"{name}.png", figure)
-        check_figure(figure, **want)
+        if "panels" in want:  # several axes: their titles
+            assert [ax["title"] for ax in axes_summary(figure)] == want["panels"], name
+        else:
+            check_figure(figure, **want)
 
 
 # --------------------------------------------------------------------------- notebooks

@@ -18,7 +18,7 @@ import pytest
 from jfl import cli
 from jfl.envs import RbcsfEnv, WirelessEnv
 from jfl.envs.wireless import make_params
-from jfl.experiments import regret
+from jfl.experiments import cs_ucb, regret
 from jfl.experiments.cs_ucb import (
     BetaRhoGrid,
     CsUcbIdeal,
@@ -37,7 +37,7 @@ from jfl.policies import get
 from jfl.results import load_dataset, run_metrics, running_selection_fraction
 from jfl.runner import seed_keys
 from tests.golden import check_golden
-from tests.helpers import cli_fails
+from tests.helpers import check_saved_figures, cli_fails, record_figures
 
 EXPERIMENTS = {
     "ideal": CsUcbIdeal,
@@ -361,10 +361,12 @@ REGRET_COLUMNS = [
 def _run(config_type, argv, out):
     argv = [*argv, "--rounds", str(ROUNDS), "--seeds", "2", "--mc-samples", "2000", "--quiet"]
     argv += ["--out", str(out)]
-    assert cli.main(config_type, argv, prog="prog") == 0
+    with record_figures() as figures:
+        assert cli.main(config_type, argv, prog="prog") == 0
     return {
         "out": out,
         "argv": argv,
+        "figures": figures,
         "summary": pd.read_csv(out / "summary.csv"),
         "ds": load_dataset(out / "results.nc"),
         "metadata": json.loads((out / "metadata.json").read_text()),
@@ -393,8 +395,7 @@ def _check_common_outputs(run, figures, tau_max, benchmark_word):
     out = run["out"]
     for name in ("summary.csv", "results.nc", "metadata.json"):
         assert (out / name).stat().st_size > 0, name
-    for name in figures:
-        assert (out / "figures" / f"{name}.png").stat().st_size > 1000, name
+    check_saved_figures(out / "figures", run["figures"], figures)
     metadata = run["metadata"]
     assert {"benchmark", "tau_max", "config", "versions", "git_commit"} <= set(metadata)
     assert metadata["tau_max"] == pytest.approx(tau_max)
@@ -413,13 +414,28 @@ def _check_common_outputs(run, figures, tau_max, benchmark_word):
 
 def test_ideal_end_to_end(ideal_run):
     """N = 2, 3: files, figures, rows sorted by N and μ(S*) of each N as the benchmark."""
+    caption = "Xia Fig. 1, K=6, N=3, τ_max = 0.5 s"  # the curves of the largest N
+    curves = {
+        f"{name}_vs_round": {
+            "title": f"{ylabel} ({caption})",
+            "xlabel": "round",
+            "ylabel": ylabel,
+            "policies": ["cs_ucb"],
+        }
+        for name, (_, ylabel) in cs_ucb.GAP_CURVES.items()
+    }
+    gap = {
+        "title": f"Gap at T = {ROUNDS} vs channels N (Xia Fig. 3)",
+        "xlabel": "N",
+        "ylabel": "cumulative performance gap Θ (s)",
+        "legend": ["cs_ucb"],
+    }
     _check_common_outputs(
-        ideal_run,
-        ["pseudo_regret_vs_round", "cumulative_gap_vs_round", "average_gap_vs_round",
-         "realised_gap_vs_round", "failed_clients_vs_round", "gap_vs_channels"],
-        tau_max=0.5,
-        benchmark_word="mu(S*)",
+        ideal_run, {**curves, "gap_vs_channels": gap}, tau_max=0.5, benchmark_word="mu(S*)"
     )  # fmt: skip
+    (points,) = ideal_run["figures"]["gap_vs_channels.png"].axes[0].containers
+    by_n = ideal_run["summary"].sort_values("N")
+    np.testing.assert_allclose(points.lines[0].get_ydata(), by_n["cumulative_gap"], rtol=1e-6)
     summary, ds = ideal_run["summary"], ideal_run["ds"]
     assert ideal_run["metadata"]["config"]["experiment"] == "cs_ucb_ideal"
     assert list(zip(summary["policy"], summary["N"], strict=True)) == [("cs_ucb", 2), ("cs_ucb", 3)]
@@ -439,12 +455,20 @@ def test_ideal_end_to_end(ideal_run):
 
 def test_fairness_end_to_end(fairness_run):
     """The Fig. 4–5 sweep: c per config, r* of the LP, trajectories and selection fractions."""
-    _check_common_outputs(
-        fairness_run,
-        ["cumulative_gap_vs_round", "average_gap_vs_round", "selection_fraction"],
-        tau_max=0.5,
-        benchmark_word="linear program (23)",
-    )
+    caption = "Xia Fig. 4, τ_max = 0.5 s"
+    policies = ["cs_ucb_q", "cs_ucb_q", "modified_cs_ucb"]
+    figures = {
+        f"{name}_vs_round": {
+            "title": f"{cs_ucb.GAP_CURVES[name][1]} ({caption})",
+            "xlabel": "round",
+            "ylabel": cs_ucb.GAP_CURVES[name][1],
+            "lines": 3,
+            "policies": policies,
+        }
+        for name in ("cumulative_gap", "average_gap")
+    }
+    figures["selection_fraction"] = {"panels": ["client 1", "client 2", "client 3"]}
+    _check_common_outputs(fairness_run, figures, tau_max=0.5, benchmark_word="linear program (23)")
     summary, ds = fairness_run["summary"], fairness_run["ds"]
     assert {"beta", "N"} <= set(summary.columns)
     assert list(summary["policy"]) == ["cs_ucb_q", "cs_ucb_q", "modified_cs_ucb"]
@@ -467,13 +491,23 @@ def test_fairness_end_to_end(fairness_run):
 
 def test_beta_rho_grid_end_to_end(grid_run):
     """β × ρ grid: c = ρ s/Σs per configuration, heatmaps, rho and beta columns."""
-    _check_common_outputs(
-        grid_run,
-        [f"heatmap_cs_ucb_q_{m}" for m in ("average_gap", "max_rate_violation",
-                                          "rounds_to_target")],
-        tau_max=0.5,
-        benchmark_word="linear program (23)",
-    )  # fmt: skip
+    titles = {
+        "average_gap": "average performance gap θ (s)",
+        "max_rate_violation": "largest shortfall max_k (c_k − rate_k)",
+        "rounds_to_target": "rounds until every c_k is met",
+    }
+    heatmaps = {
+        f"heatmap_cs_ucb_q_{metric}": {
+            "title": f"cs_ucb_q: {title}", "xlabel": "rho", "ylabel": "log10_beta"
+        }
+        for metric, title in titles.items()
+    }  # fmt: skip
+    _check_common_outputs(grid_run, heatmaps, tau_max=0.5, benchmark_word="linear program (23)")
+    rows = grid_run["summary"][grid_run["summary"]["policy"] == "cs_ucb_q"]
+    for metric in titles:  # each heatmap's cells are the summary's, β on a log scale
+        (image,) = grid_run["figures"][f"heatmap_cs_ucb_q_{metric}.png"].axes[0].get_images()
+        table = rows.pivot_table(index="beta", columns="rho", values=metric)
+        np.testing.assert_allclose(image.get_array(), table.to_numpy(), rtol=1e-6)
     summary, ds = grid_run["summary"], grid_run["ds"]
     assert {"rho", "beta"} <= set(summary.columns)
     assert sorted(zip(summary["rho"], summary["beta"], strict=True)) == [
@@ -583,9 +617,11 @@ def delay_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("delay") / "out"
     argv = ["--clients", "6", "--N", "2,1", "--rho", "0.2,0.6", "--policies", "cs_ucb_q,random"]
     argv += ["--rounds", str(ROUNDS), "--seeds", "2", "--quiet", "--out", str(out)]
-    assert cli.main(CsUcbQDelay, argv, prog="prog") == 0
+    with record_figures() as figures:
+        assert cli.main(CsUcbQDelay, argv, prog="prog") == 0
     return {
         "out": out,
+        "figures": figures,
         "summary": pd.read_csv(out / "summary.csv"),
         "ds": load_dataset(out / "results.nc"),
         "metadata": json.loads((out / "metadata.json").read_text()),
@@ -596,7 +632,18 @@ def test_delay_end_to_end(delay_run):
     """Fig. 7's sweep: CS-UCB-Q per (N, ρ) with c = ρ s/Σs, the baseline once per N with ρ
     empty and c = 0; delay = Σ_t round time per seed, averaged; the figure is written."""
     summary, ds = delay_run["summary"], delay_run["ds"]
-    assert (delay_run["out"] / "figures" / "delay_vs_channels.png").stat().st_size > 1000
+    check_saved_figures(
+        delay_run["out"] / "figures",
+        delay_run["figures"],
+        {
+            "delay_vs_channels": {
+                "title": f"Delay at T = {ROUNDS} vs channels N, K = 6 (Xia Fig. 7, τ_max = 0.5 s)",
+                "xlabel": "N",
+                "ylabel": "delay Σ_t round time (s)",
+                "policies": ["cs_ucb_q", "cs_ucb_q", "random"],
+            }
+        },
+    )
     assert delay_run["metadata"]["config"]["experiment"] == "cs_ucb_q_delay"
     assert delay_run["metadata"]["tau_max"] == pytest.approx(0.5)
     assert "not the paper's 5 s" in delay_run["metadata"]["tau_max_note"]
