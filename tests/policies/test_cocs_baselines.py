@@ -34,8 +34,9 @@ from jfl.reference.numpy_cocs_baselines import (
 from jfl.runner import make_batched_run, make_run, seed_keys
 from tests.policies.cocs_inputs import observation, random_rounds, solver_numpy
 
-N, M, D = 5, 2, 2  # the shape every rollout here shares (one compilation per policy)
-ROUNDS = 60
+# The shape every rollout here shares, instances included: one compilation per policy.
+N, M, D = 5, 2, 2
+INSTANCES, ROUNDS = 6, 60
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def test_cucb_matches_numpy_reference():
     """CUCB over decisions on small instances, where the table of decisions fills up and the UCB
     phase runs: the same decision every round as the reference fed the same proposals."""
     rng = np.random.default_rng(3)
-    inputs = random_rounds(rng, 8, N, M, D, num_rounds=ROUNDS, budgets=("tight", "one"))
+    inputs = random_rounds(rng, INSTANCES, N, M, D, num_rounds=ROUNDS, budgets=("tight", "one"))
     actions, round_keys = _run("cucb", inputs)
     propose = jax.jit(
         jax.vmap(
@@ -147,7 +148,7 @@ def test_cucb_matches_numpy_reference():
         )
     )
     exploited = 0
-    for i in range(8):
+    for i in range(INSTANCES):
         x = _instance(inputs, i)
         proposals = np.asarray(propose(round_keys[i], x["cost"], x["available"], x["budget"]))
         expected, trace = cucb_decisions_numpy(
@@ -163,10 +164,10 @@ def test_linucb_matches_numpy_reference():
     same tie-break; a differing round must be a float near-tie (both decisions worth the same
     under the reference's weights within 1e-5)."""
     rng = np.random.default_rng(4)
-    inputs = random_rounds(rng, 6, N, M, D, num_rounds=ROUNDS)
+    inputs = random_rounds(rng, INSTANCES, N, M, D, num_rounds=ROUNDS)
     actions, round_keys = _run("linucb", inputs)
     differing = 0
-    for i in range(6):
+    for i in range(INSTANCES):
         x = _instance(inputs, i)
         tiebreak = np.stack(
             [np.asarray(jax.random.uniform(k, (N, M))) for k in round_keys[i]]
@@ -179,14 +180,14 @@ def test_linucb_matches_numpy_reference():
             w = trace["weight"][t]
             assert abs(w[actions[i][t]].sum() - w[expected[t]].sum()) <= 1e-5, (i, t)
             differing += 1
-    assert differing <= 0.02 * 6 * ROUNDS, differing
+    assert differing <= 0.02 * INSTANCES * ROUNDS, differing
 
 
 def test_cocs_lookahead_explores_only_pairs_that_will_succeed():
     """Round 1 (every counter 0): eq. 13 read literally makes only this round's successful pairs
     under-explored, so the first selection is the Oracle's count of them."""
     rng = np.random.default_rng(6)
-    inputs = random_rounds(rng, 4, N, M, D, num_rounds=ROUNDS)
+    inputs = random_rounds(rng, INSTANCES, N, M, D, num_rounds=ROUNDS)
     lookahead, _ = _run("cocs_lookahead", inputs)
     best, _ = _run("oracle", inputs)
     np.testing.assert_array_equal(lookahead[:, 0].sum((1, 2)), best[:, 0].sum((1, 2)))
@@ -198,10 +199,10 @@ def test_oracle_takes_the_most_successful_clients_the_budgets_admit():
     maximum of this round's successful pairs under the budgets, each of them successful; no
     learner run on the same rounds has more successes in any round."""
     rng = np.random.default_rng(8)
-    inputs = random_rounds(rng, 6, N, M, D, num_rounds=ROUNDS)
+    inputs = random_rounds(rng, INSTANCES, N, M, D, num_rounds=ROUNDS)
     best, _ = _run("oracle", inputs)
     assert not np.any(best & ~inputs["success"])
-    for i in range(6):
+    for i in range(INSTANCES):
         x = _instance(inputs, i)
         for t in range(ROUNDS):
             good = x["available"][t] & x["success"][t]
