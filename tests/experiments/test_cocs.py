@@ -26,6 +26,7 @@ from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
 from jfl.trackers import fairness_queue
 from tests.golden import check_golden
+from tests.helpers import check_saved_figures, record_figures
 
 TINY = dict(clients=8, servers=2, seeds=3, rounds=30, quiet=True)
 TINY_ARGV = ["--clients", "8", "--servers", "2", "--seeds", "3", "--rounds", "30", "--quiet"]
@@ -114,30 +115,77 @@ def test_preset_decides_the_utility_and_the_scenario():
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """Oracle and COCS over budgets {0.5, 4} × deadlines {2, 4}: 8 configurations."""
+def tiny(tmp_path_factory):
+    """Oracle and COCS over budgets {0.5, 4} × deadlines {2, 4}: 8 configurations; the run and
+    the figures it saved."""
     out = tmp_path_factory.mktemp("cocs") / "run"
     config = CocsHfl(
         policies=("cocs", "oracle"), budget=(0.5, 4.0), deadline=(2.0, 4.0), out=str(out), **TINY
     )
-    return driver.run(config)
+    with record_figures() as figures:
+        return driver.run(config), figures
 
 
-def test_end_to_end_writes_summary_results_metadata_and_figures(tiny_run):
+@pytest.fixture(scope="module")
+def tiny_run(tiny):
+    return tiny[0]
+
+
+def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     """A tiny run writes summary.csv, results.nc, metadata.json and the utility figures."""
+    tiny_run, figures = tiny
     out = tiny_run.out
     metadata = json.loads((out / "metadata.json").read_text())
     assert metadata["utility"] == "eq. 8 (linear)"
     assert metadata["config"]["experiment"] == "cocs_hfl"
-    for name in (
-        "cumulative_utility",
-        "cumulative_utility_sqrt",
-        "regret",
-        "success_per_round",
-        "utility_vs_budget",
-        "utility_vs_deadline",
-    ):
-        assert (out / "figures" / f"{name}.png").stat().st_size > 1000
+    # The curves: every policy at the first budget and deadline; the sweeps: every policy at
+    # every other scenario value.
+    curves = {"xlabel": "round", "policies": ["cocs", "oracle"]}
+    sweep = {"ylabel": "cumulative utility", "policies": ["cocs", "cocs", "oracle", "oracle"]}
+    check_saved_figures(
+        out / "figures",
+        figures,
+        {
+            "cumulative_utility": {
+                "title": "Cumulative utility (Qu Fig. 3a)",
+                "ylabel": "cumulative utility (eq. 8)",
+                **curves,
+            },
+            "cumulative_utility_sqrt": {
+                "title": "Cumulative non-convex utility (Qu Fig. 7)",
+                "ylabel": "cumulative utility (eq. 19)",
+                **curves,
+            },
+            "success_per_round": {
+                "title": "Successful clients per round (Qu Fig. 4b)",
+                "ylabel": "successful clients per round",
+                **curves,
+            },
+            "regret": {
+                "title": "Cumulative regret against the Oracle (Qu Fig. 3b)",
+                "ylabel": "regret vs Oracle",
+                "xlabel": "round",
+                "policies": ["cocs"],
+            },
+            "utility_vs_budget": {
+                "title": "Cumulative utility vs budget (Qu Fig. 4d)",
+                "xlabel": "budget",
+                **sweep,
+            },
+            "utility_vs_deadline": {
+                "title": "Cumulative utility vs deadline (Qu Fig. 4f)",
+                "xlabel": "deadline",
+                **sweep,
+            },
+        },
+    )
+    ds = tiny_run.dataset
+    first = (ds["budget"] == 0.5) & (ds["deadline"] == 2.0)
+    (cocs_line, oracle_line) = figures["cumulative_utility.png"].axes[0].get_lines()
+    for line, policy in ((cocs_line, "cocs"), (oracle_line, "oracle")):  # means over seeds
+        config = int(ds["config"][first & (ds["policy"] == policy)][0])
+        want = ds["utility"].sel(config=config).cumsum("round").mean("seed")
+        np.testing.assert_allclose(line.get_ydata(), want, rtol=1e-5)
 
     summary = pd.read_csv(out / "summary.csv")
     required = ["policy", "budget", "deadline", "h_T", "z", "n_seeds"]
