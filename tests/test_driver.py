@@ -22,6 +22,7 @@ from jfl.cli import Floats
 from jfl.driver import Experiment, Plan
 from jfl.envs import RbcsfEnv
 from jfl.trackers import fairness_queue
+from tests.helpers import check_saved_figures, record_figures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +72,35 @@ class RandomFairness(Experiment):
 
 
 @pytest.fixture(scope="module")
-def first(tmp_path_factory):
-    """One finished sweep in two chunks (one configuration each)."""
+def first_run(tmp_path_factory):
+    """One finished sweep in two chunks (one configuration each), and the figures it saved."""
     out = tmp_path_factory.mktemp("driver") / "run"
-    return driver.run(RandomFairness(out=str(out), chunk_size="1", quiet=True))
+    with record_figures() as figures:
+        return driver.run(RandomFairness(out=str(out), chunk_size="1", quiet=True)), figures
 
 
-def test_new_experiment_runs_with_its_own_metric_and_figure(first):
+@pytest.fixture(scope="module")
+def first(first_run):
+    return first_run[0]
+
+
+def test_new_experiment_runs_with_its_own_metric_and_figure(first_run):
+    first, figures = first_run
     summary, out = first.summary, first.out
     assert list(summary["target"]) == [0.2, 0.4]
     assert {"starved", "starved_lo", "starved_hi", "max_rate_violation"} <= set(summary)
     assert first.dataset.sizes == {"config": 2, "seed": 2, "round": 20, "client": 6}
-    assert (out / "figures" / "violation.png").stat().st_size > 1000
+    # The experiment's own figure: the metric at each target (queue_rate varies with it, so
+    # each target is a line of its own).
+    violation = {
+        "title": "max_rate_violation",
+        "xlabel": "target",
+        "ylabel": "max_rate_violation",
+        "legend": ["random queue_rate=0.2", "random queue_rate=0.4"],
+    }
+    check_saved_figures(out / "figures", figures, {"violation": violation})
+    points = [c.lines[0].get_ydata() for c in figures["violation.png"].axes[0].containers]
+    np.testing.assert_allclose(np.concatenate(points), summary["max_rate_violation"])
     for name in ("summary.csv", "results.nc", "metadata.json", "manifest.json"):
         assert (out / name).is_file()
     assert len(list((out / "chunks" / "random").glob("*.npz"))) == 2
