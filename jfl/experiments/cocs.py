@@ -122,6 +122,13 @@ class HflScenario(Experiment):
         return utility_metrics(ds)
 
 
+# What the command line prints of CocsHfl's summary.
+SUMMARY_COLUMNS = (
+    *"policy budget deadline h_T z n_seeds cumulative_utility cumulative_utility_sqrt".split(),
+    *"regret_vs_oracle success_per_round".split(),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class CocsHfl(HflScenario):
     """COCS against Oracle, LinUCB, CUCB and Random on hierarchical FL (Qu et al. §VI, Figs. 3–4).
@@ -152,10 +159,7 @@ class CocsHfl(HflScenario):
     out: str = "runs/cocs_hfl"
 
     name: ClassVar[str] = "cocs_hfl"
-    summary_columns: ClassVar[tuple[str, ...]] = tuple(
-        "policy budget deadline h_T z n_seeds cumulative_utility cumulative_utility_sqrt "
-        "regret_vs_oracle success_per_round".split()
-    )
+    summary_columns: ClassVar[tuple[str, ...]] = SUMMARY_COLUMNS
 
     def check(self) -> None:
         super().check()
