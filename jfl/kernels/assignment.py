@@ -203,6 +203,122 @@ def _scan_suffix(x, op):
 # --------------------------------------------------------------------------------------------
 
 
+class _Row(NamedTuple):
+    """What the search reads at depth d (of client ``order[d]``): one row of ``_Tables.rows``."""
+
+    cost: jax.Array  # f[]: c_d (+inf past the candidates)
+    next_cost: jax.Array  # f[]: c_{d+1} (+inf after the last depth)
+    eligible: jax.Array  # b[M]
+    weight: jax.Array  # f[M]
+    rank: jax.Array  # i[M + 1]: place of ES m (m < M) and of "leave out" (m = M) among the options
+    twin: jax.Array  # b[P]: the ES pair p of ``_es_pairs`` is alike for every client from d on
+    weight_after: jax.Array  # f[M]: the largest weight on ES m after depth d
+    best_after: jax.Array  # f[]: Σ of the best weights after depth d
+    listed_before: jax.Array  # i[M]: how many clients ES m may take before depth d
+    list_cost: jax.Array  # f[M]: cost of ES m's list up to and including client d
+    all_cost: jax.Array  # f[]: cost of all candidates up to and including client d
+
+
+def _es_pairs(n_servers):
+    return [(a, b) for a in range(n_servers) for b in range(a + 1, n_servers)]
+
+
+def _row_widths(n_servers):
+    """Columns of each ``_Row`` field in a packed row."""
+    M = n_servers
+    return _Row(1, 1, M, M, M + 1, len(_es_pairs(M)), M, 1, M, M, 1)
+
+
+def _unpack_row(packed, n_servers) -> _Row:
+    fields, start = [], 0
+    for width in _row_widths(n_servers):
+        fields.append(packed[start : start + width])
+        start += width
+    f = _Row(*fields)
+    return f._replace(
+        cost=f.cost[0],
+        next_cost=f.next_cost[0],
+        eligible=f.eligible > 0,
+        rank=f.rank.astype(jnp.int32),
+        twin=f.twin > 0,
+        best_after=f.best_after[0],
+        listed_before=f.listed_before.astype(jnp.int32),
+        all_cost=f.all_cost[0],
+    )
+
+
+class _Tables(NamedTuple):
+    """Per-instance constants of the search (N clients in search order, M ESs)."""
+
+    # f[N, F]: the ``_Row`` of every depth, packed (a step then costs one gather, not eleven)
+    rows: jax.Array
+    # f[(M + 1)·(N + 2)]: cost prefix sums of each ES's list of clients (slot s: its s cheapest;
+    # +inf past the list), then of all candidates
+    prefix: jax.Array
+    count: jax.Array  # i[]: K, the number of candidates (depths 0 .. K - 1)
+    total_cost: jax.Array  # f[]: the candidates' total cost
+
+
+class _Node(NamedTuple):
+    """A node of the search tree: the clients before ``depth`` are decided."""
+
+    budget: jax.Array  # f[M]: remaining budget per ES
+    threshold: jax.Array  # f[M]: largest weight on ES m of a client left out (dominance)
+    value: jax.Array  # f[]: weight of the clients placed
+    fits: jax.Array  # i[M]: how many of the cheapest undecided clients ES m may take fit into it
+    fits_all: jax.Array  # i[]: how many of the cheapest undecided candidates fit into the pool
+    next_option: jax.Array  # i[]: rank of the next option to try
+    depth: jax.Array  # i[]
+    node_id: jax.Array  # i[]: its entry in the node log (-1: the root)
+
+
+class _State(NamedTuple):
+    node: _Node
+    best_value: jax.Array  # f[]: the incumbent's value
+    best_id: jax.Array  # i[]: its entry in the node log (-1: nothing better than the initial)
+    steps: jax.Array  # i[]
+    done: jax.Array  # b[]: every branch explored or pruned
+
+
+# The loop carries the state packed into one float vector, and the stack one packed node per
+# row (the integer fields are small counts and ids, exact in floats): under vmap a step is then a
+# few XLA:CPU kernels over a handful of buffers, the next state built in one of them (with the
+# next node selected field by field, a step took about 1.3 times as long).
+def _node_size(n_servers):
+    return 3 * n_servers + 5
+
+
+def _pack(fields, dtype):
+    """A ``_Node`` or ``_State`` as one f[...] vector, its fields in order."""
+    return jnp.concatenate([jnp.atleast_1d(x).astype(dtype) for x in jax.tree.leaves(fields)])
+
+
+def _unpack_node(packed, n_servers) -> _Node:
+    M = n_servers
+    ints = packed[2 * M + 1 : _node_size(M)].astype(jnp.int32)
+    return _Node(
+        budget=packed[:M],
+        threshold=packed[M : 2 * M],
+        value=packed[2 * M],
+        fits=ints[:M],
+        fits_all=ints[M],
+        next_option=ints[M + 1],
+        depth=ints[M + 2],
+        node_id=ints[M + 3],
+    )
+
+
+def _unpack_state(packed, n_servers) -> _State:
+    rest = packed[_node_size(n_servers) :]
+    return _State(
+        node=_unpack_node(packed, n_servers),
+        best_value=rest[0],
+        best_id=rest[1].astype(jnp.int32),
+        steps=rest[2].astype(jnp.int32),
+        done=rest[3] > 0,
+    )
+
+
 def _search(
     value,
     eligible,
@@ -229,29 +345,87 @@ def _search(
     compiled search run stages with different settings (``budgeted_assignment``).
 
     Returns ``(found, best_path, complete)``: whether a solution better than ``init_value`` was
-    found, its ES per client in search order (-1: left out) as f[N], and whether the search
+    found, its ES per client in search order (-1: left out) as i32[N], and whether the search
     finished (every branch explored or pruned).
     """
-    n_clients, n_servers = value.shape
     dtype = value.dtype
-    big = jnp.asarray(jnp.inf, dtype)
-    M, N = n_servers, n_clients
-    K = jnp.sum(jnp.any(eligible, axis=1), dtype=jnp.int32)
-    depth = jnp.arange(N)
-    live = depth < K
-    cs = jnp.where(live, cost[order], big)
-    E = eligible[order] & live[:, None]
-    W = value[order]
-    TB = tiebreak[order]
-
-    # Option order per depth: the ESs by reduced weight W - λ·c (descending), then tie-break, then
-    # index; "leave out" has reduced weight 0 in the weighted search, and comes last otherwise.
+    n_clients, n_servers = value.shape
     if leave_out_last is None:
         leave_out_last = lam is None
     if lam is None:
         lam = jnp.zeros((), dtype)
     if step_limit is None:
         step_limit = max_steps
+    t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last)
+    root = _pack(_root(t, capacity, init_value, n_servers), dtype)
+    # The ancestors by depth (row N: where idle instances write), and the node log (one entry per
+    # step, entry max_steps for idle instances): each generated child's choice, parent and
+    # depth, so that the best solution is one id, traced back at the end.
+    stack = jnp.zeros((n_clients + 1, _node_size(n_servers)), dtype)
+    log = jnp.zeros((3, max_steps + 1), jnp.int32)
+
+    def running(carry):
+        return _running(_unpack_state(carry[0], n_servers), step_limit)
+
+    # Under vmap a while loop selects every carried array with each instance's own condition after
+    # every iteration; a fixed inner loop of STEPS_PER_CHECK iterations, idle for the instances
+    # that are done, pays that copy once per block.
+    def block(carry):
+        def step(_, c):
+            return _step(t, *c, n_servers=n_servers, step_limit=step_limit, max_steps=max_steps)
+
+        return lax.fori_loop(0, STEPS_PER_CHECK, step, carry)
+
+    packed, _, log = lax.while_loop(running, block, (root, stack, log))
+    state = _unpack_state(packed, n_servers)
+    path = _trace_back(log, state.best_id, n_clients, max_steps)
+    return state.best_id >= 0, path, state.done
+
+
+def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last):
+    """``_Tables`` of the search over the clients in ``order``."""
+    dtype = value.dtype
+    n_clients, n_servers = value.shape
+    big = jnp.asarray(jnp.inf, dtype)
+    N = n_clients
+    K = jnp.sum(jnp.any(eligible, axis=1), dtype=jnp.int32)
+    live = jnp.arange(N) < K
+    cs = jnp.where(live, cost[order], big)
+    E = eligible[order] & live[:, None]
+    W = value[order]
+    rank = _option_rank(cs, E, W, tiebreak[order], lam, leave_out_last, prefer, order)
+    j0, pc, pall = _cost_lists(cs, E, K)
+    pairs = _es_pairs(n_servers)
+    if pairs:
+        same = jnp.stack([(E[:, a] == E[:, b]) & (W[:, a] == W[:, b]) for a, b in pairs], axis=1)
+        twin = same & ~_scan_suffix(~same, jnp.logical_or)  # (no later client differs)
+    else:
+        twin = jnp.zeros((N, 0), bool)
+    row = _Row(
+        cost=cs,
+        next_cost=jnp.concatenate([cs[1:], jnp.full((1,), big)]),
+        eligible=E,
+        weight=W,
+        rank=rank,
+        twin=twin,
+        weight_after=_scan_suffix(W, jnp.maximum),
+        best_after=_scan_suffix(jnp.max(W, axis=1), jnp.add),
+        listed_before=j0[:N],
+        list_cost=jnp.take_along_axis(pc, (j0[:N] + 1).T, axis=1).T,
+        all_cost=pall[1 : N + 1],
+    )
+    rows = jnp.concatenate([jnp.reshape(f, (N, -1)).astype(dtype) for f in row], axis=1)
+    prefix = jnp.concatenate([pc, pall[None]], axis=0).reshape(-1)
+    return _Tables(rows=rows, prefix=prefix, count=K, total_cost=pall[jnp.minimum(K, N)])
+
+
+def _option_rank(cs, E, W, TB, lam, leave_out_last, prefer, order):
+    """i[N, M + 1]: the place of ES m (m < M) and of "leave out" (m = M) among the options of
+    depth d: the ESs by reduced weight W - λ·c (descending), then ``prefer`` (descending), then
+    tie-break, then index; "leave out" has reduced weight 0, or comes last."""
+    N, M = W.shape
+    dtype = W.dtype
+    big = jnp.asarray(jnp.inf, dtype)
     skip_red = jnp.where(leave_out_last, -big, jnp.zeros((), dtype))
     red = jnp.where(E, W - lam * cs[:, None], -big)
     okey = jnp.concatenate([red, jnp.broadcast_to(skip_red, (N, 1))], axis=1)
@@ -266,198 +440,190 @@ def _search(
     later_index = opt[None, None, :] < opt[None, :, None]
     tie = (b_t < a_t) | ((b_t == a_t) & later_index)
     first = (b_k > a_k) | ((b_k == a_k) & ((b_p > a_p) | ((b_p == a_p) & tie)))
-    rank = jnp.sum(first, axis=2).astype(dtype)  # [N, M+1]: position of ES m (m < M) / leave out
+    return jnp.sum(first, axis=2, dtype=jnp.int32)
 
-    # Count-bound tables: prefix sums of the costs of the clients each ES covers, compacted.
-    pre = _scan_prefix(jnp.where(E, cs[:, None], 0))  # [N+1, M], by depth
-    j0 = _scan_prefix(E.astype(jnp.int32))  # [N+1, M] clients covered before depth d
+
+def _cost_lists(cs, E, K):
+    """The count bound's cost tables ``(j0, pc, pall)``: how many clients ES m may take before
+    depth d (i[N + 1, M]), the prefix sums of their costs as ES m's list (f[M, N + 2], slot s:
+    its s cheapest, +inf past the list), and those over all candidates (f[N + 2], +inf past K)."""
+    N, M = E.shape
+    big = jnp.asarray(jnp.inf, cs.dtype)
+    pre = _scan_prefix(jnp.where(E, cs[:, None], 0))
+    j0 = _scan_prefix(E.astype(jnp.int32))
     covered = j0[N]
     slot = jnp.arange(N + 2)
     position = jnp.where(E, j0[1:], N + 1)  # 1-based slot of client d in its ES's list
-    pc = jnp.zeros((M, N + 2), dtype).at[jnp.arange(M)[None, :], position].set(pre[1:], mode="drop")
+    pc = jnp.zeros((M, N + 2), cs.dtype)
+    pc = pc.at[jnp.arange(M)[None, :], position].set(pre[1:], mode="drop")
     pc = jnp.where(slot[None, :] <= covered[:, None], pc, big)
-    pall = _scan_prefix(jnp.where(live, cs, 0)[:, None])[:, 0]
+    pall = _scan_prefix(jnp.where(jnp.arange(N) < K, cs, 0)[:, None])[:, 0]
     pall = jnp.where(slot <= K, jnp.concatenate([pall, pall[-1:]]), big)
-    table = jnp.concatenate([pc, pall[None]], axis=0).reshape(-1)
-    total_cost = pall[jnp.minimum(K, N)]
-    # The counts compare differences of prefix sums with a remaining budget: rounding may differ
-    # from the budgets' own running sums by a few ulps per term, which this slack covers (a
-    # looser count is still a valid bound).
-    slack = 4 * (N + 2) * jnp.finfo(dtype).eps
+    return j0, pc, pall
 
-    def target(r):
-        return r + slack * (jnp.abs(r) + total_cost)
 
-    vnext = _scan_suffix(W, jnp.maximum)  # [N, M] largest weight per ES after depth d
-    vsum = _scan_suffix(jnp.max(W, axis=1), jnp.add)  # [N] Σ of the best weights after d
-    cnext = jnp.concatenate([cs[1:], jnp.full((1,), big)])
-    pairs = [(a, b) for a in range(M) for b in range(a + 1, M)]
-    if pairs:
-        same = jnp.stack([(E[:, a] == E[:, b]) & (W[:, a] == W[:, b]) for a, b in pairs], axis=1)
-        twin = _scan_suffix(~same, jnp.logical_or)  # some later client differs
-        twin = same & ~twin
-    else:
-        twin = jnp.zeros((N, 0), bool)
-    base_m = jnp.take_along_axis(pc, (j0[:N] + 1).T, axis=1).T  # [N, M]
-    base_a = pall[1 : N + 1]
-    fields = [
-        ("c", cs[:, None]),
-        ("cnext", cnext[:, None]),
-        ("E", E.astype(dtype)),
-        ("W", W),
-        ("rank", rank),
-        ("twin", twin.astype(dtype)),
-        ("vn", vnext),
-        ("vsum", vsum[:, None]),
-        ("j0", j0[:N].astype(dtype)),
-        ("bm", base_m),
-        ("ba", base_a[:, None]),
+def _target(t: _Tables, r):
+    """A remaining budget r loosened for the count tests, which compare differences of prefix
+    sums with it: their rounding may differ from the budgets' own running sums by a few ulps per
+    term, which this slack covers (a looser count is still a valid bound)."""
+    slack = 4 * (t.rows.shape[0] + 2) * jnp.finfo(r.dtype).eps
+    return r + slack * (jnp.abs(r) + t.total_cost)
+
+
+def _root(t: _Tables, capacity, init_value, n_servers) -> _State:
+    """The search at its root: every ES's whole budget, nothing decided."""
+    N, M = t.rows.shape[0], n_servers
+    dtype = capacity.dtype
+    pc, pall = t.prefix.reshape(M + 1, N + 2)[:M], t.prefix[M * (N + 2) :]
+    fits = jnp.sum(pc[:, 1:] <= _target(t, capacity)[:, None], axis=1, dtype=jnp.int32)
+    # (an ES with a negative budget adds nothing to the pool)
+    pool = _target(t, _seq_sum(jnp.maximum(capacity, 0)))
+    zero = jnp.zeros((), jnp.int32)
+    node = _Node(
+        budget=capacity,
+        threshold=jnp.zeros((M,), dtype),
+        value=jnp.zeros((), dtype),
+        fits=fits,
+        fits_all=jnp.sum(pall[1:] <= pool, dtype=jnp.int32),
+        next_option=zero,
+        depth=zero,
+        node_id=jnp.full((), -1, jnp.int32),
+    )
+    return _State(
+        node=node,
+        best_value=jnp.asarray(init_value, dtype),
+        best_id=jnp.full((), -1, jnp.int32),
+        steps=zero,
+        done=t.count == 0,
+    )
+
+
+def _running(state: _State, step_limit):
+    return ~state.done & (state.steps < step_limit)
+
+
+def _step(t: _Tables, packed, stack, log, *, n_servers, step_limit, max_steps):
+    """One step: the current node's next option becomes a child (the next node, unless it is
+    pruned), or, where no option is left, a backtrack to the parent. A no-op once done."""
+    N, M, dtype = t.rows.shape[0], n_servers, stack.dtype
+    state = _unpack_state(packed, M)
+    node, step = state.node, state.steps
+    active = _running(state, step_limit)
+    d = node.depth
+    row = _unpack_row(t.rows[jnp.minimum(d, N - 1)], M)
+    option, has, leave, onehot = _next_option(t, row, node)
+    has = has & active
+    child, choice = _child(t, row, node, leave, onehot, step)
+    better = has & (child.value > state.best_value)
+    descend = has & (d + 1 < t.count) & (row.next_cost <= _seq_max(child.budget))
+    bound = child.value + _upper_bound(row, child)
+    descend = descend & (bound > jnp.where(better, child.value, state.best_value))
+    # The current node goes to row d of the stack (with its next option), the child to the
+    # log. Every read of the stack comes after the write, so that it is done in place.
+    here = node._replace(next_option=option + 1)
+    stack = lax.dynamic_update_slice(stack, _pack(here, dtype)[None], (jnp.where(active, d, N), 0))
+    entry = jnp.stack([choice, node.node_id, d])
+    log = lax.dynamic_update_slice(log, entry[:, None], (0, jnp.where(active, step, max_steps)))
+    parent = stack[jnp.maximum(d - 1, 0)]
+    # The next node: the child, the same node (next option), or the parent (backtrack); selected
+    # packed, so that XLA builds the new state in one kernel.
+    following = jnp.where(descend, _pack(child, dtype), jnp.where(has, _pack(here, dtype), parent))
+    search = (
+        jnp.where(better, child.value, state.best_value),
+        jnp.where(better, step, state.best_id),
+        step + 1,
+        ~has & (d == 0),
+    )  # (the rest of ``_State``, in its order)
+    new = jnp.concatenate([following, _pack(search, dtype)])
+    return jnp.where(active, new, packed), stack, log
+
+
+def _next_option(t: _Tables, row: _Row, node: _Node):
+    """The node's next option: the first by rank, from ``next_option`` on, whose ES can pay,
+    lies above its dominance threshold and is not a later twin of an equal ES (symmetry).
+    Returns ``(option, has, leave, onehot)``: its rank (M + 1: none), whether there is one (none
+    at a leaf), whether it leaves the client out, and else its ES as b[M]."""
+    M = node.budget.shape[0]
+    R, tau, c = node.budget, node.threshold, row.cost
+    es_rank = row.rank[:M]
+    leaf = (node.depth >= t.count) | (c > _seq_max(R))
+    basic = row.eligible & (row.weight > tau) & (c <= R)
+    dup = [jnp.zeros((), bool)] * M
+    for p, (a, b) in enumerate(_es_pairs(M)):
+        alike = row.twin[p] & (R[a] == R[b]) & (tau[a] == tau[b]) & basic[a]
+        dup[b] = dup[b] | (alike & (es_rank[a] < es_rank[b]))
+        dup[a] = dup[a] | (alike & (es_rank[b] < es_rank[a]))
+    ok = basic & ~jnp.stack(dup) & (es_rank >= node.next_option)
+    skip_rank = row.rank[M:]
+    ranks = jnp.concatenate(
+        [
+            jnp.where(ok, es_rank, M + 1),
+            jnp.where(skip_rank >= node.next_option, skip_rank, M + 1),
+        ]
+    )
+    option = _seq_min(ranks)
+    leave = ranks[M] == option
+    onehot = (es_rank == option) & ~leave
+    return option, (option <= M) & ~leaf, leave, onehot
+
+
+def _child(t: _Tables, row: _Row, node: _Node, leave, onehot, step):
+    """The child of ``node`` for the option (``leave`` or the ES ``onehot``), with its counts
+    (at most one more client fits where one left the list); and the choice (its ES, -1: left
+    out) for the log."""
+    N, M = t.rows.shape[0], onehot.shape[0]
+    servers = jnp.arange(M, dtype=jnp.int32)
+    R, d = node.budget, node.depth
+    R2 = R - jnp.where(onehot, row.cost, 0)
+    look = t.prefix[
+        jnp.concatenate(
+            [
+                servers * (N + 2) + jnp.minimum(row.listed_before + 1 + node.fits, N + 1),
+                (M * (N + 2) + jnp.minimum(d + 1 + node.fits_all, N + 1))[None],
+            ]
+        )
     ]
-    rows = jnp.concatenate([f for _, f in fields], axis=1)
-    at, start = {}, 0
-    for name, f in fields:
-        at[name] = slice(start, start + f.shape[1])
-        start += f.shape[1]
-
-    # Root counts.
-    k_root = jnp.sum(pc[:, 1:] <= target(capacity)[:, None], axis=1).astype(dtype)
-    # (an ES with a negative budget adds nothing to the total room)
-    kall_root = jnp.sum(pall[1:] <= target(_seq_sum(jnp.maximum(capacity, 0)))).astype(dtype)
-
-    # State vector: the current node (remaining budgets R, thresholds tau, value, counts k and
-    # k_all, next option to try, depth, its id in the node log) and the search's own fields.
-    names = ["R", "tau", "val", "k", "kall", "nxt", "d", "id", "best", "best_id", "steps", "done"]
-    sizes = dict(R=M, tau=M, k=M)
-    sl, start = {}, 0
-    for name in names:
-        sl[name] = slice(start, start + sizes.get(name, 1))
-        start += sizes.get(name, 1)
-    G = sl["id"].stop  # a stack row: the node fields up to its id
-    init = dict(
-        R=capacity,
-        k=k_root,
-        kall=kall_root,
-        id=-1.0,
-        best=init_value,
-        best_id=-1.0,
-        done=(K == 0).astype(dtype),
+    fits = (look[:M] - row.list_cost) <= _target(t, R2)
+    fits_all = (look[M] - row.all_cost) <= _target(t, _seq_sum(jnp.maximum(R2, 0)))
+    child = _Node(
+        budget=R2,
+        threshold=jnp.where(leave, jnp.maximum(node.threshold, row.weight), node.threshold),
+        value=node.value + _seq_sum(jnp.where(onehot, row.weight, 0)),
+        fits=jnp.where(row.eligible, jnp.where(node.fits >= 1, node.fits - 1 + fits, 0), node.fits),
+        fits_all=jnp.where(node.fits_all >= 1, node.fits_all - 1 + fits_all, 0),
+        next_option=jnp.zeros((), jnp.int32),
+        depth=d + 1,
+        node_id=step,
     )
-    state = jnp.concatenate(
-        [jnp.broadcast_to(jnp.asarray(init.get(n, 0), dtype), (sizes.get(n, 1),)) for n in names]
-    )
-    # Ancestors by depth (row N: where idle instances write). The node log (one entry per step,
-    # entry max_steps for idle instances) keeps each generated child's choice, parent and depth,
-    # so that the best solution is one id, traced back at the end.
-    stack = jnp.zeros((N + 1, G), dtype)
-    log = jnp.zeros((3, max_steps + 1), dtype)
-    servers = jnp.arange(M)
+    return child, jnp.where(leave, -1, _seq_sum(jnp.where(onehot, servers, 0)))
 
-    def running(state):
-        return (state[sl["done"]][0] == 0) & (state[sl["steps"]][0] < step_limit)
 
-    def body(_, carry):
-        state, stack, log = carry
-        active = running(state)
-        get = {n: state[sl[n]] for n in names}
-        R, tau, k = get["R"], get["tau"], get["k"]
-        val, kall, nxt = get["val"][0], get["kall"][0], get["nxt"][0]
-        d = get["d"][0].astype(jnp.int32)
-        best, step = get["best"][0], get["steps"][0]
-        row = rows[jnp.minimum(d, N - 1)]
+def _upper_bound(row: _Row, child: _Node):
+    """What the clients after the child's depth can add at most: each ES's count times its
+    largest weight, the pooled count times the largest of those, and the sum of their best
+    weights."""
+    dtype = row.weight_after.dtype
+    vn = row.weight_after
+    count = jnp.minimum(_seq_sum(child.fits), child.fits_all).astype(dtype)
+    by_es = _seq_sum(child.fits.astype(dtype) * vn)
+    return jnp.minimum(jnp.minimum(count * _seq_max(vn), by_es), row.best_after)
 
-        def f(name):
-            return row[at[name]]
 
-        c, Ed, Wd = f("c")[0], f("E") > 0, f("W")
-        rk, tw = f("rank"), f("twin") > 0
-        rb = rk[:M]
-        leaf = (d >= K) | (c > _seq_max(R))
-        basic = Ed & (Wd > tau) & (c <= R)
-        dup = [jnp.zeros((), bool)] * M
-        for p, (a, b) in enumerate(pairs):
-            alike = tw[p] & (R[a] == R[b]) & (tau[a] == tau[b]) & basic[a]
-            dup[b] = dup[b] | (alike & (rb[a] < rb[b]))
-            dup[a] = dup[a] | (alike & (rb[b] < rb[a]))
-        ok = basic & ~jnp.stack(dup) & (rb >= nxt)
-        okr = jnp.concatenate([jnp.where(ok, rb, M + 1), jnp.where(rk[M] >= nxt, rk[M:], M + 1)])
-        o = _seq_min(okr)
-        has = (o <= M) & ~leaf & active
-        leave = okr[M] == o
-        onehot = (rb == o) & ~leave
-        R2 = R - jnp.where(onehot, c, 0)
-        val2 = val + _seq_sum(jnp.where(onehot, Wd, 0))
-        tau2 = jnp.where(leave, jnp.maximum(tau, Wd), tau)
-        choice = jnp.where(leave, -1, _seq_sum(jnp.where(onehot, servers, 0))).astype(dtype)
-        # Counts of the child (at most one more client fits where one left the list).
-        ki, kalli = k.astype(jnp.int32), kall.astype(jnp.int32)
-        j0d = f("j0").astype(jnp.int32)
-        idx = jnp.concatenate(
-            [
-                servers * (N + 2) + jnp.minimum(j0d + 1 + ki, N + 1),
-                (M * (N + 2) + jnp.minimum(d + 1 + kalli, N + 1))[None],
-            ]
-        )
-        look = table[idx]
-        fits = (look[:M] - f("bm")) <= target(R2)
-        k2 = jnp.where(Ed, jnp.where(k >= 1, k - 1 + fits, 0), k)
-        fits_all = (look[M] - f("ba")[0]) <= target(_seq_sum(jnp.maximum(R2, 0)))
-        kall2 = jnp.where(kall >= 1, kall - 1 + fits_all, 0)
-        vn = f("vn")
-        q = jnp.minimum(_seq_sum(k2), kall2)
-        ub = jnp.minimum(jnp.minimum(q * _seq_max(vn), _seq_sum(k2 * vn)), f("vsum")[0])
-        better = has & (val2 > best)
-        descend = has & (d + 1 < K) & (f("cnext")[0] <= _seq_max(R2))
-        descend = descend & (val2 + ub > jnp.where(better, val2, best))
-        # The current node goes to row d of the stack (with its next option), the child to the
-        # log. Every read of the stack comes after the write, so that it is done in place.
-        nxt_d = jnp.stack([(o + 1).astype(dtype)])
-        here = jnp.concatenate([state[: sl["nxt"].start], nxt_d, state[sl["d"].start : G]])
-        stack = lax.dynamic_update_slice(stack, here[None], (jnp.where(active, d, N), 0))
-        entry = jnp.stack([choice, get["id"][0], d.astype(dtype)])
-        log = lax.dynamic_update_slice(
-            log, entry[:, None], (0, jnp.where(active, step, max_steps).astype(jnp.int32))
-        )
-        parent = stack[jnp.maximum(d - 1, 0)]
-        # The next node: the child, the same node (next option), or the parent (backtrack).
-        child = jnp.concatenate(
-            [
-                R2,
-                tau2,
-                jnp.stack([val2]),
-                k2,
-                jnp.stack([kall2, 0 * val2, (d + 1).astype(dtype), step]),
-            ]
-        )
-        node = jnp.where(descend, child, jnp.where(has, here, parent))
-        tail = jnp.stack(
-            [
-                jnp.where(better, val2, best),
-                jnp.where(better, step, get["best_id"][0]),
-                step + 1,
-                (~has & (d == 0)).astype(dtype),
-            ]
-        )
-        return jnp.where(active, jnp.concatenate([node, tail]), state), stack, log
+def _trace_back(log, best_id, n_clients, max_steps):
+    """The logged node ``best_id`` traced back to the root: its ES per client in search order
+    (-1: left out), i32[N]."""
+    depth = jnp.arange(n_clients)
 
-    # Under vmap a while loop selects every carried array with each instance's own condition after
-    # every iteration; a fixed inner loop of STEPS_PER_CHECK iterations, idle for the instances
-    # that are done, pays that copy once per block.
-    def block(carry):
-        return lax.fori_loop(0, STEPS_PER_CHECK, body, carry)
-
-    state, _, log = lax.while_loop(lambda c: running(c[0]), block, (state, stack, log))
-
-    # Trace the best node back to the root: its ES per client in search order (-1: left out).
     def trace(_, carry):
         node, path = carry
-        at_node = log[:, jnp.maximum(node, 0).astype(jnp.int32)]
-        live_node = node >= 0
-        path = jnp.where(live_node & (depth == at_node[2]), at_node[0], path)
-        return jnp.where(live_node, at_node[1], node), path
+        entry = log[:, jnp.maximum(node, 0)]
+        live = node >= 0
+        path = jnp.where(live & (depth == entry[2]), entry[0], path)
+        return jnp.where(live, entry[1], node), path
 
-    best_id = state[sl["best_id"]][0]
-    _, best_path = lax.fori_loop(0, min(N, max_steps), trace, (best_id, jnp.full((N,), -1, dtype)))
-    return best_id >= 0, best_path, state[sl["done"]][0] > 0
+    path = jnp.full((n_clients,), -1, jnp.int32)
+    _, path = lax.fori_loop(0, min(n_clients, max_steps), trace, (best_id, path))
+    return path
 
 
 def _cost_order(cost, cand, tiebreak):
@@ -699,63 +865,88 @@ def budgeted_assignment(
     _, value, cost, eligible, capacity, tiebreak = _prepare(
         weight, cost, available, budget, tiebreak
     )
+    args = (value, eligible, cost, capacity, tiebreak)
+    mask, complete = _budgeted_search(*args, max_steps=max_steps, count_steps=count_steps)
+    certified = complete | _all_best(mask, value)
+    if beam_width > 0 and value.shape[0] <= BEAM_MAX_CLIENTS:
+        # Stage 4 where the branch and bound did not finish; the heavier mask is kept.
+        beam = beam_assignment(*args, ~certified, width=beam_width)
+        better = assignment_value(beam.mask, value) > assignment_value(mask, value)
+        mask = jnp.where(better, beam.mask, mask)
+    return AssignmentResult(mask=mask, certified=certified)
+
+
+class _Stage(NamedTuple):
+    """One search of ``budgeted_assignment``'s stages 2 and 3."""
+
+    value: jax.Array  # f[N, M]: the weights searched (stage 2: 1 on the good pairs)
+    eligible: jax.Array  # b[N, M]
+    order: jax.Array  # i[N]: the search order
+    lam: jax.Array  # f[]: λ of the reduced weights
+    prefer: jax.Array  # f[N, M]: orders the ESs of equal reduced weight (stage 2: heavier first)
+    counting: jax.Array  # b[]: stage 2 (unit weights, "leave out" last, kept only if heavier)
+    step_limit: jax.Array  # i[]
+
+
+def _budgeted_search(value, eligible, cost, capacity, tiebreak, *, max_steps, count_steps):
+    """Stages 1-3 of ``budgeted_assignment``: ``(mask, complete)``, the best mask found and
+    whether the weighted search finished."""
     dtype = value.dtype
-    n_servers = value.shape[1]
     by_density, density = _density_order(value, eligible, cost, tiebreak)
     init_mask, init_value = _density_greedy(value, eligible, cost, capacity, tiebreak, by_density)
     by_cost = _cost_order(cost, jnp.any(eligible, axis=1), tiebreak)
     # Second incumbent: the most clients whose weight is at least COUNT_THRESHOLD times the
     # largest, heavier ESs first (the cardinality search on those pairs).
     good = eligible & (value >= COUNT_THRESHOLD * jnp.max(value))
-    count_order = _first_of(by_cost, jnp.any(good, axis=1))
-    lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost, capacity)
-    # Stages 2 and 3 run as two iterations of one loop around one search, which then compiles
-    # once: the count search (unit weights on the good pairs, "leave out" last, heavier ESs first
-    # among equal options), then the weighted search from the better incumbent.
-    stages = (
-        jnp.stack([good.astype(dtype), value]),
-        jnp.stack([good, eligible]),
-        jnp.stack([count_order, by_cost]),
-        jnp.stack([jnp.zeros((), dtype), lam]),
-        jnp.stack([value, jnp.zeros_like(value)]),
-        jnp.array([True, False]),
-        jnp.array([count_steps, max_steps]),
+    count_stage = _Stage(
+        value=good.astype(dtype),
+        eligible=good,
+        order=_first_of(by_cost, jnp.any(good, axis=1)),
+        lam=jnp.zeros((), dtype),
+        prefer=value,
+        counting=jnp.ones((), bool),
+        step_limit=jnp.asarray(count_steps, jnp.int32),
     )
+    lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost, capacity)
+    weighted_stage = _Stage(
+        value=value,
+        eligible=eligible,
+        order=by_cost,
+        lam=lam,
+        prefer=jnp.zeros_like(value),
+        counting=jnp.zeros((), bool),
+        step_limit=jnp.asarray(max_steps, jnp.int32),
+    )
+    # Stages 2 and 3 run as two iterations of one loop around one search, which then compiles
+    # once: the count search, then the weighted search from the better incumbent.
+    stages = jax.tree.map(lambda a, b: jnp.stack([a, b]), count_stage, weighted_stage)
 
-    def stage(carry, inputs):
+    def stage(carry, s: _Stage):
         best_mask, best_value, _ = carry
-        stage_value, stage_eligible, order, stage_lam, prefer, counting, limit = inputs
         found, path, complete = _search(
-            stage_value,
-            stage_eligible,
+            s.value,
+            s.eligible,
             cost,
             capacity,
             tiebreak,
-            jnp.where(counting, jnp.zeros((), dtype), best_value),
+            jnp.where(s.counting, jnp.zeros((), dtype), best_value),
             max(count_steps, max_steps),
-            order,
-            stage_lam,
-            prefer,
-            step_limit=limit,
-            leave_out_last=counting,
+            s.order,
+            s.lam,
+            s.prefer,
+            step_limit=s.step_limit,
+            leave_out_last=s.counting,
         )
         # The count search's solution is kept if it weighs more; the weighted search's whenever
         # it found one (it only records solutions better than the incumbent).
-        path_value = _path_value(value, path, order)
-        use = found & (~counting | (path_value > best_value))
-        best_mask = jnp.where(use, _path_mask(path, order, n_servers), best_mask)
+        path_value = _path_value(value, path, s.order)
+        use = found & (~s.counting | (path_value > best_value))
+        best_mask = jnp.where(use, _path_mask(path, s.order, value.shape[1]), best_mask)
         return (best_mask, jnp.where(use, path_value, best_value), complete), None
 
-    (mask, _, complete), _ = lax.scan(stage, (init_mask, init_value, jnp.zeros((), bool)), stages)
-    certified = complete | _all_best(mask, value)
-    if beam_width > 0 and value.shape[0] <= BEAM_MAX_CLIENTS:
-        # The beam search where the branch and bound did not finish; the heavier mask is kept.
-        beam = beam_assignment(
-            value, eligible, cost, capacity, tiebreak, ~certified, width=beam_width
-        )
-        better = assignment_value(beam.mask, value) > assignment_value(mask, value)
-        mask = jnp.where(better, beam.mask, mask)
-    return AssignmentResult(mask=mask, certified=certified)
+    init = (init_mask, init_value, jnp.zeros((), bool))
+    (mask, _, complete), _ = lax.scan(stage, init, stages)
+    return mask, complete
 
 
 def assignment_value(mask, weight) -> jax.Array:
