@@ -89,7 +89,7 @@ def test_unbatched_run_equals_batched(setup):
         (1, 11),  # one configuration per chunk
         (4, 11),  # 4 + 4 + 3: the last chunk padded
         (11, 11),  # one exact chunk
-        (4, 3),  # one chunk larger than the sweep, padded (reuses the 4-wide program)
+        (11, 4),  # one chunk larger than the sweep, computed at its size (the 4-wide program)
     ],
 )
 def test_chunk_size_does_not_change_results(setup, chunk_size, num_configs):
@@ -285,8 +285,10 @@ def test_env_hparams_availability_is_traced_per_configuration():
     assert (num_selected[1] == m).all() and (num_selected[4] == m).all()
     assert (num_selected[2] < m).any()  # α = 0.5: some rounds have fewer than m available
     assert (num_selected[3] < m).any() and num_selected[3].mean() > num_selected[2].mean()
+    # Among copies of itself: the same program (other batch sizes: test_config_alone_…).
     for i in range(5):
-        alone = batched(keys, {"availability": hparams["availability"][i : i + 1]})
+        copies = np.repeat(hparams["availability"][i : i + 1], len(alpha), axis=0)
+        alone = batched(keys, {"availability": copies})
         for name, value in alone.arrays().items():
             if value is not None:
                 np.testing.assert_array_equal(
@@ -327,9 +329,9 @@ def test_cs_ucb_q_selects_min_n_available_in_a_batch_of_betas():
     together = batched(keys, hparams)
     short = int((np.asarray(together.num_selected) < want[None]).sum())
     different = []
-    for i in range(0, count, 3):
-        one = {k: v[i : i + 1] for k, v in hparams.items()}
-        alone = batched(keys, one)
+    for i in range(0, count, 3):  # among copies of itself (one compiled batch shape)
+        copies = {k: np.repeat(v[i : i + 1], count, axis=0) for k, v in hparams.items()}
+        alone = batched(keys, copies)
         if not np.array_equal(
             np.asarray(alone.num_selected)[0], np.asarray(together.num_selected)[i]
         ):
