@@ -6,8 +6,11 @@ function object, its persistent cache by the compiled program itself, so with th
 identical program is compiled once per worker. Results do not change (the cache stores what XLA
 compiled for the same program and options). Each pytest-xdist worker of each run gets its own
 directory, so no two processes write one entry at the same time and every run starts cold (the
-suite's time is what a fresh machine sees); notebook kernels and subprocesses inherit it through
-the environment, and it is removed when the worker ends.
+suite's time is what a fresh machine sees); notebook kernels and subprocesses inherit it and
+its settings through the environment (a distributed test's process 0 loads what the one-process
+run compiled), and it is removed when the worker ends. An entry's key includes the directory, so
+one directory for both workers would share nothing more: tests share programs within a file (a
+file runs on one worker), which is where the tests that compile the same program belong.
 """
 
 from __future__ import annotations
@@ -27,21 +30,29 @@ CACHE_SETTINGS = {
 
 _CACHE: Path | None = None
 
-# The longest test files (35-80 s each on 2 cores: notebook kernels, compiled runs), started
-# first so that the two workers end together; with ``--no-loadscope-reorder`` (pyproject.toml)
-# pytest-xdist hands out files in collection order, and would otherwise start files with many
-# short tests first and leave a notebook file for the end.
+# The test files that take longest, longest first (CPU seconds of each file alone, measured on
+# 2 cores: 14 to 104 s; every other file takes under 12 s), so that the two workers end
+# together: with ``--no-loadscope-reorder`` (pyproject.toml) pytest-xdist hands out whole files
+# in this order, two queued per worker, and the short files that follow fill in at the end.
 LONGEST_FIRST = (
-    "tests/test_notebooks.py",
-    "tests/test_notebooks_later.py",
-    "tests/test_runner.py",
     "tests/policies/test_cocs.py",
-    "tests/kernels/test_selection.py",
+    "tests/test_notebooks.py",
+    "tests/policies/test_cocs_baselines.py",
+    "tests/test_notebooks_later.py",
     "tests/experiments/test_cocs.py",
-    "tests/experiments/test_cs_ucb.py",
-    "tests/experiments/test_fl.py",
+    "tests/test_runner.py",
+    "tests/kernels/test_assignment.py",
     "tests/test_distributed.py",
+    "tests/kernels/test_selection.py",
     "tests/fl/test_train.py",
+    "tests/experiments/test_fl.py",
+    "tests/experiments/test_cs_ucb.py",
+    "tests/test_reduction.py",
+    "tests/kernels/test_beam.py",
+    "tests/envs/test_hfl.py",
+    "tests/kernels/test_packing.py",
+    "tests/test_claims_rbcsf.py",
+    "tests/test_claims_cs_ucb.py",
 )
 
 
@@ -51,8 +62,9 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     _CACHE = Path(tempfile.gettempdir()) / f"jfl-tests-jax-cache-{run}-{worker}"
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_CACHE)
-    for name, value in CACHE_SETTINGS.items():
-        os.environ.setdefault(name, value)
+    # Set, not defaulted: a subprocess or notebook kernel reads these from the environment, and
+    # JAX's own default (entries that took at least 1 s to compile) would leave out most of them.
+    os.environ.update(CACHE_SETTINGS)
 
     import jax
 
