@@ -1,4 +1,5 @@
-"""The other half of the notebook executions (see ``tests/test_notebooks.py``)."""
+"""The longest notebook execution, 03_cocs, in a file of its own (``tests/helpers.py``, see
+``tests/test_notebooks.py``)."""
 
 from __future__ import annotations
 
