@@ -50,7 +50,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfl.kernels.beam import DEFAULT_WIDTH, beam_assignment
-from jfl.kernels.order import counting_order, materialise, sort_order
+from jfl.kernels.order import counting_order, counting_rank, sort_order, sorting_rank
 from jfl.kernels.packing import DEFAULT_MAX_STEPS as PACKING_STEPS
 from jfl.kernels.packing import largest_packing_prefix
 from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
@@ -89,13 +89,8 @@ LAMBDA_SCALE = 0.5
 BEAM_MAX_CLIENTS = 256
 
 # Up to this many clients the orders come from O(N^2) comparison counting, which beats XLA's sort
-# in a vmapped runner on CPU for small sizes; above it, one stable sort.
+# in a vmapped runner on CPU for small sizes; above it, from stable sorts (``_lex_order``).
 SMALL_CLIENTS_MAX = 64
-
-# Up to this many pairs N·M the earlier greedy's (``_greedy_assignment``) pair order comes from
-# O((NM)^2) comparison counting (measured on a 2-core CPU, batch 1024: 0.5 vs 4.8 ms at 24 pairs,
-# 3 vs 10 ms at 60, but 26 vs 15 ms at 96); above it, one stable sort.
-SMALL_PAIRS_MAX = 64
 
 
 class AssignmentResult(NamedTuple):
@@ -146,45 +141,33 @@ def _prepare(weight, cost, available, budget, tiebreak):
     return dtype, value, cost, eligible, capacity, tiebreak
 
 
-def _lex_order(key, tie):
-    """Indices by ascending ``key``, then ``tie``, then index (both keys NaN-free)."""
-    n = key.shape[0]
-    index = jnp.arange(n, dtype=jnp.int32)
-    if n <= SMALL_CLIENTS_MAX:
+def _lex_order(key, tie=None):
+    """Indices by ascending ``key``, then ``tie`` (None: no tie key), then index (both keys
+    NaN-free): ``jfl.kernels.order``'s order of ``key``, with the rank of ``tie`` as the
+    priority among equal keys."""
+    if key.shape[0] <= SMALL_CLIENTS_MAX:
         # (the keys are selected or divided values, not sums: no FMA to evaluate differently in
         # the two operands of a comparison, so no need to materialise them)
-        a_k, b_k = key[:, None], key[None, :]
-        a_t, b_t = tie[:, None], tie[None, :]
-        before = (a_k < b_k) | (
-            (a_k == b_k) & ((a_t < b_t) | ((a_t == b_t) & (index[:, None] < index[None, :])))
-        )
-        rank = jnp.sum(before, axis=0, dtype=jnp.int32)
-        return jnp.zeros_like(index).at[rank].set(index, unique_indices=True)
-    _, _, order = lax.sort((key, tie, index), num_keys=2, is_stable=True)
-    return order
+        return counting_order(key, priority=None if tie is None else counting_rank(tie))
+    return sort_order(key, priority=None if tie is None else sorting_rank(tie))
 
 
 def _doubling_scan(x, op):
-    """Inclusive ``op``-scan along axis 0.
+    """Inclusive ``op``-scan along axis 0, ``op`` one of max, "or" and add.
 
     Float sums by recursive doubling (``doubling_cumsum``: a fixed order of operations, which
-    the NumPy mirror repeats; for other ops the same pattern). Max, "or" and integer sums are
-    exact in any order: one cumulative op, which compiles to far less code.
+    the NumPy mirror repeats). Max, "or" and integer sums are exact in any order: one
+    cumulative op, which compiles to far less code.
     """
     if op is jnp.maximum:
         return lax.cummax(x, axis=0)
     if op is jnp.logical_or:
         return lax.cummax(x.astype(jnp.int32), axis=0) > 0
-    if op is jnp.add and jnp.issubdtype(x.dtype, jnp.integer):
+    if op is not jnp.add:
+        raise NotImplementedError(f"no scan for {op}")
+    if jnp.issubdtype(x.dtype, jnp.integer):
         return lax.cumsum(x, axis=0)
-    if op is jnp.add:
-        return doubling_cumsum(x)
-    shift = 1
-    while shift < x.shape[0]:
-        padding = [(shift, 0, 0)] + [(0, 0, 0)] * (x.ndim - 1)
-        x = op(x, lax.pad(x[:-shift], jnp.zeros((), x.dtype), padding))
-        shift *= 2
-    return x
+    return doubling_cumsum(x)
 
 
 def _scan_prefix(x):
@@ -627,9 +610,14 @@ def _trace_back(log, best_id, n_clients, max_steps):
 
 
 def _cost_order(cost, cand, tiebreak):
-    """The search order: the candidate clients by ascending cost, then smallest tie-break value,
-    then index; the others after them."""
-    return _lex_order(jnp.where(cand, cost, jnp.inf), jnp.min(tiebreak, axis=1))
+    """The search order: the candidate clients by ascending cost, then smallest tie-break value
+    (``tiebreak`` None: none), then index; the others after them."""
+    return _lex_order(jnp.where(cand, cost, jnp.inf), _client_tie(tiebreak))
+
+
+def _client_tie(tiebreak):
+    # (without a tie-break, equal keys go by index: an order by one key, which costs less)
+    return None if tiebreak is None else jnp.min(tiebreak, axis=1)
 
 
 def _first_of(order, first):
@@ -644,11 +632,11 @@ def _first_of(order, first):
 
 def _density_order(value, eligible, cost, tiebreak):
     """The clients by descending best density max_m weight / cost (ties: smallest tie-break
-    value, then index), the others after them; and the densities."""
+    value, ``tiebreak`` None: none, then index), the others after them; and the densities."""
     best_w = jnp.max(value, axis=1)
     cand = jnp.any(eligible, axis=1)
     density = jnp.where(cand, best_w / jnp.maximum(cost, jnp.finfo(value.dtype).tiny), -jnp.inf)
-    return _lex_order(-density, jnp.min(tiebreak, axis=1)), density
+    return _lex_order(-density, _client_tie(tiebreak)), density
 
 
 def _critical_density(by_density, density, eligible, cost, capacity):
@@ -764,12 +752,13 @@ def cardinality_assignment(
     chex.assert_type(available, bool)
     weight = jnp.ones(jnp.shape(available), jnp.result_type(cost, budget, jnp.float32))
     _check(weight, cost, available, budget, tiebreak)
+    order_ties = tiebreak is not None
     dtype, value, cost, eligible, capacity, tiebreak = _prepare(
         weight, cost, available, budget, tiebreak
     )
     n_clients, n_servers = value.shape
     candidate = jnp.any(eligible, axis=1)
-    order = _cost_order(cost, candidate, tiebreak)
+    order = _cost_order(cost, candidate, tiebreak if order_ties else None)
     found, path, complete = _search(
         value, eligible, cost, capacity, tiebreak, jnp.zeros((), dtype), max_steps, order
     )
@@ -862,11 +851,14 @@ def budgeted_assignment(
     """
     weight = jnp.asarray(weight)
     _check(weight, cost, available, budget, tiebreak)
+    order_ties = tiebreak is not None
     _, value, cost, eligible, capacity, tiebreak = _prepare(
         weight, cost, available, budget, tiebreak
     )
     args = (value, eligible, cost, capacity, tiebreak)
-    mask, complete = _budgeted_search(*args, max_steps=max_steps, count_steps=count_steps)
+    mask, complete = _budgeted_search(
+        *args, max_steps=max_steps, count_steps=count_steps, order_ties=order_ties
+    )
     certified = complete | _all_best(mask, value)
     if beam_width > 0 and value.shape[0] <= BEAM_MAX_CLIENTS:
         # Stage 4 where the branch and bound did not finish; the heavier mask is kept.
@@ -888,13 +880,17 @@ class _Stage(NamedTuple):
     step_limit: jax.Array  # i[]
 
 
-def _budgeted_search(value, eligible, cost, capacity, tiebreak, *, max_steps, count_steps):
+def _budgeted_search(
+    value, eligible, cost, capacity, tiebreak, *, max_steps, count_steps, order_ties
+):
     """Stages 1-3 of ``budgeted_assignment``: ``(mask, complete)``, the best mask found and
-    whether the weighted search finished."""
+    whether the weighted search finished. ``order_ties``: the caller gave a tie-break (else
+    ``tiebreak`` is zeros, and the client orders go by index among equals)."""
     dtype = value.dtype
-    by_density, density = _density_order(value, eligible, cost, tiebreak)
+    ties = tiebreak if order_ties else None
+    by_density, density = _density_order(value, eligible, cost, ties)
     init_mask, init_value = _density_greedy(value, eligible, cost, capacity, tiebreak, by_density)
-    by_cost = _cost_order(cost, jnp.any(eligible, axis=1), tiebreak)
+    by_cost = _cost_order(cost, jnp.any(eligible, axis=1), ties)
     # Second incumbent: the most clients whose weight is at least COUNT_THRESHOLD times the
     # largest, heavier ESs first (the cardinality search on those pairs).
     good = eligible & (value >= COUNT_THRESHOLD * jnp.max(value))
@@ -962,78 +958,3 @@ def assignment_value(mask, weight) -> jax.Array:
     chex.assert_rank([mask, weight], 2)
     chex.assert_equal_shape([mask, weight])
     return pairwise_sum(jnp.where(mask, weight, 0).reshape(-1))
-
-
-# --------------------------------------------------------------------------------------------
-# the earlier greedy
-# --------------------------------------------------------------------------------------------
-
-
-def _greedy_assignment(weight, cost, available, budget, tiebreak=None) -> AssignmentResult:
-    """The earlier solver of P2, kept for comparisons (``bench/bench_assignment.py``).
-
-    Greedy by value density over the covered pairs with ``weight > 0`` (ties: ``tiebreak``, then
-    the lower client, then the lower ES), a pair taken when its client is free and its ES can
-    still pay; then a modified-greedy fix per ES (one heavier free client alone replaces what
-    the ES took). ``certified``: every client on an ES of largest weight. Measured on the hfl
-    presets it reaches 0.91-0.95 of the MILP optimum on average, 0.67-0.83 at worst.
-    """
-    weight = jnp.asarray(weight)
-    _check(weight, cost, available, budget, tiebreak)
-    dtype = jnp.result_type(weight, cost, budget, jnp.float32)
-    weight = weight.astype(dtype)
-    cost = jnp.asarray(cost, dtype)
-    available = jnp.asarray(available, bool)
-    n_clients, n_servers = weight.shape
-    budget = jnp.broadcast_to(jnp.asarray(budget, dtype), (n_servers,))
-    capacity = budget * (1 + BUDGET_RTOL)
-
-    # Cost < 0 or NaN is outside the documented range; excluding it keeps NaN out of the keys.
-    eligible = available & (weight > 0) & (cost[:, None] >= 0)
-    # Sort key -density ≤ 0 (clipped to be finite: an infinite weight or a zero cost would give
-    # -inf); ineligible pairs get +1 and go last. Pair p = n·M + m (row-major), so an order that
-    # is stable in p breaks ties by client, then by ES.
-    density = jnp.minimum(weight / cost[:, None], jnp.finfo(dtype).max)
-    key = jnp.where(eligible, -density, 1).reshape(-1)
-    if tiebreak is not None:
-        tb = jnp.asarray(tiebreak, dtype).reshape(-1)
-        _, _, order = lax.sort((key, tb, jnp.arange(key.shape[0])), num_keys=2, is_stable=True)
-    elif key.shape[0] <= SMALL_PAIRS_MAX:
-        # materialised: the key's producer is evaluated once, not once per compared operand
-        order = counting_order(materialise(key))
-    else:
-        order = sort_order(key)
-    client_sorted = order // n_servers
-    server_sorted = order % n_servers
-    xs = (client_sorted, server_sorted, cost[client_sorted], eligible.reshape(-1)[order])
-
-    def step(carry, x):
-        client_taken, budget_left = carry
-        n, m, c, ok = x
-        take = ok & ~client_taken[n] & (c <= budget_left[m])
-        client_taken = client_taken.at[n].set(client_taken[n] | take)
-        budget_left = budget_left.at[m].set(jnp.where(take, budget_left[m] - c, budget_left[m]))
-        return (client_taken, budget_left), take
-
-    init = (jnp.zeros(n_clients, bool), capacity)
-    _, take_sorted = lax.scan(step, init, xs)
-    mask = jnp.zeros(n_clients * n_servers, bool).at[order].set(take_sorted, unique_indices=True)
-    mask = mask.reshape(n_clients, n_servers)
-
-    # Modified-greedy fix, one ES after the other (a swap frees clients for the later ESs). M is
-    # static and small in HFL; the loop unrolls into M O(N) steps.
-    affordable = eligible & (cost[:, None] <= capacity[None, :])
-    free = ~jnp.any(mask, axis=1)
-    for m in range(n_servers):
-        column = mask[:, m]
-        candidate = jnp.where(free & affordable[:, m], weight[:, m], -jnp.inf)
-        best = jnp.argmax(candidate)  # ties to the lower client index
-        swap = candidate[best] > pairwise_sum(jnp.where(column, weight[:, m], 0))
-        new_column = jnp.where(swap, jnp.arange(n_clients) == best, column)
-        free = (free | column) & ~new_column
-        mask = mask.at[:, m].set(new_column)
-
-    best_weight = jnp.max(jnp.where(eligible, weight, 0), axis=1)
-    chosen_weight = jnp.max(jnp.where(mask, weight, 0), axis=1)
-    certified = jnp.all(chosen_weight == best_weight)
-    return AssignmentResult(mask=mask, certified=certified)
