@@ -94,59 +94,111 @@ def _order(before):
     return jnp.sum(jnp.where(at_place, index, 0), axis=-1, dtype=jnp.int32)
 
 
+class _Row(NamedTuple):
+    """What depth d reads (the client ``order[d]``): one row of ``_Tables.rows``."""
+
+    cost: jax.Array  # f[]: c_d (0 past K: those depths only leave their client out)
+    eligible: jax.Array  # bool[M]: its eligible pairs (all False past K)
+    weight: jax.Array  # f[M]: its values
+    listed_before: jax.Array  # i32[M]: how many clients ES m's list holds before depth d
+    list_cost: jax.Array  # f[M]: cost of the clients ES m may take up to and including d
+    all_cost: jax.Array  # f[]: cost of all candidates up to and including d
+    remaining: jax.Array  # i32[]: how many candidates follow d
+    spare_weight: jax.Array  # f[]: ALPHA / (their mean cost), the spare budget's weight (0: none)
+
+
+def _row_widths(n_servers):
+    """Columns of each ``_Row`` field in a packed row."""
+    M = n_servers
+    return _Row(1, M, M, M, M, 1, 1, 1)
+
+
 class _Tables(NamedTuple):
     """Per-instance constants of the search (N clients, M ESs; d: depth)."""
 
     order: jax.Array  # i32[N]: the client at depth d (candidates first, by ascending cost)
     count: jax.Array  # i32[]: K, the number of candidates (depths 0 .. K-1)
     options: jax.Array  # i32[N, M]: ES of option 1 .. M at depth d (option 0: leave out)
-    rows: jax.Array  # f[N, F]: what depth d reads, packed into one row (``_row_fields``)
+    rows: jax.Array  # f[N, F]: the ``_Row`` of every depth, packed (one gather per depth)
     curves: jax.Array  # f[N, N + 1, 2]: PB[d, q] and the cost of the q cheapest after d
     prefix: jax.Array  # f[(M + 1)·(N + 2)]: cost prefix sums per ES list, then of all
     counts: jax.Array  # i32[2M + 1]: the root's counts k_m, k_all, k_pool,m
 
 
-def _row_fields(n_servers):
-    """Name and width of each field of a depth's row in ``_Tables.rows``: the client's cost, its
-    eligible pairs and values, how many clients each ES's list holds before it (j0), the cost
-    prefix sums up to and including it (per ES and of all), how many candidates follow it, and
-    the weight ALPHA / (their mean cost) of the spare budget (0 if none follow)."""
-    M = n_servers
-    return (("c", 1), ("E", M), ("W", M), ("j0", M), ("pm", M), ("pa", 1), ("rem", 1), ("scale", 1))
-
-
 def _tables(value, eligible, cost, capacity, tiebreak) -> _Tables:
+    """The search's constants: depth order and options, the rows, the bound's curves and cost
+    prefix sums, and the root's counts (O(N²) elementwise; no scatters, slow on XLA:CPU)."""
     n_clients, n_servers = value.shape
     N, M = n_clients, n_servers
     dtype = value.dtype
-    inf = jnp.asarray(jnp.inf, dtype)
     depth = jnp.arange(N)
     es = jnp.arange(M)
-
-    # Depth order: candidates by ascending cost, then smallest tie-break value, then index.
-    cand = jnp.any(eligible, axis=1)
-    K = jnp.sum(cand, dtype=jnp.int32)
-    key = jnp.where(cand, cost, inf)
-    tie = jnp.min(tiebreak, axis=1)
-    a_k, b_k, a_t, b_t = key[:, None], key[None, :], tie[:, None], tie[None, :]
-    lower = depth[:, None] < depth[None, :]
-    order = _order((a_k < b_k) | ((a_k == b_k) & ((a_t < b_t) | ((a_t == b_t) & lower))))
+    order, K = _depth_order(eligible, cost, tiebreak)
     live = depth < K
-    c = jnp.where(live, cost[order], 0)  # (0 past K: those depths only leave their client out)
-    E = eligible[order]  # (all False past K)
+    c = jnp.where(live, cost[order], 0)
+    E = eligible[order]
     W = value[order]
     TB = tiebreak[order]
-
     # Options of depth d: its ESs by ascending tie-break of the pair, then index.
     a_t, b_t = TB[:, :, None], TB[:, None, :]
     options = _order((a_t < b_t) | ((a_t == b_t) & (es[:, None] < es[None, :])[None]))
+    pre, j0, pc, pall = _cost_prefixes(c, E, K)
+    # The candidates after depth d: how many, and the weight of the spare budget (ALPHA / their
+    # mean cost, 0 if none).
+    rem = K - depth - 1
+    pa = pall[1 : N + 1]  # cost prefix up to and including depth d
+    mean = jnp.where(rem > 0, (pall[K] - pa) / jnp.maximum(rem, 1).astype(dtype), 0)
+    row = _Row(
+        cost=c,
+        eligible=E,
+        weight=W,
+        listed_before=j0,
+        list_cost=pre[1:],
+        all_cost=pa,
+        remaining=rem,
+        spare_weight=jnp.where(mean > 0, ALPHA / jnp.where(mean > 0, mean, 1), 0),
+    )
+    rows = jnp.concatenate([jnp.reshape(f, (N, -1)).astype(dtype) for f in row], axis=1)
+    # Root counts (each list starts at depth 0).
+    room = jnp.where(capacity > 0, capacity, 0)
+    pooled = _seq_sum(room)
+    k = jnp.sum(pc[:, 1:] <= capacity[:, None], axis=1, dtype=jnp.int32)
+    k_all = jnp.sum(pall[1:] <= pooled, dtype=jnp.int32)
+    k_pool = jnp.sum(pall[None, 1:] <= (pooled - room)[:, None], axis=1, dtype=jnp.int32)
+    return _Tables(
+        order=order,
+        count=K,
+        options=options,
+        rows=rows,
+        curves=_curves(W, live, pall),
+        prefix=jnp.concatenate([pc, pall[None]], axis=0).reshape(-1),
+        counts=jnp.concatenate([k, k_all[None], k_pool]),
+    )
 
-    # Prefix sums of the costs: per ES m over the clients it may take (slot s: the s cheapest;
-    # slots past the list +inf, where nothing fits), and over all candidates (row M).
+
+def _depth_order(eligible, cost, tiebreak):
+    """The depth order ``(order, K)``: the K candidates by ascending cost, then smallest
+    tie-break value, then index; the other clients after them."""
+    depth = jnp.arange(cost.shape[0])
+    cand = jnp.any(eligible, axis=1)
+    K = jnp.sum(cand, dtype=jnp.int32)
+    key = jnp.where(cand, cost, jnp.asarray(jnp.inf, cost.dtype))
+    tie = jnp.min(tiebreak, axis=1)
+    a_k, b_k, a_t, b_t = key[:, None], key[None, :], tie[:, None], tie[None, :]
+    lower = depth[:, None] < depth[None, :]
+    return _order((a_k < b_k) | ((a_k == b_k) & ((a_t < b_t) | ((a_t == b_t) & lower)))), K
+
+
+def _cost_prefixes(c, E, K):
+    """Prefix sums of the costs ``(pre, j0, pc, pall)``: by depth over the clients each ES may
+    take (f[N + 1, M]), and how many it may take before depth d (i32[N, M]); the same sums per
+    ES m over its list (f[M, N + 2], slot s: the s cheapest; slots past the list +inf, where
+    nothing fits), and over all candidates (f[N + 2], +inf past K)."""
+    N = E.shape[0]
+    inf = jnp.asarray(jnp.inf, c.dtype)
     pre = _prefix(jnp.where(E, c[:, None], 0))  # [N + 1, M], by depth
     taken = E.astype(jnp.int32)
     cum = lax.cumsum(taken, axis=0)  # 1-based slot of client d in ES m's list (where E)
-    j0 = cum - taken
     slot = jnp.arange(N + 2)
     # The compaction as a masked sum with a single non-zero term per slot: exact.
     at_slot = E[:, None, :] & (cum[:, None, :] == slot[None, :, None])  # [N, N + 2, M]
@@ -154,16 +206,15 @@ def _tables(value, eligible, cost, capacity, tiebreak) -> _Tables:
     pc = jnp.where(slot[None, :] <= cum[-1][:, None], pc, inf)
     pall = _prefix(c)  # [N + 1]
     pall = jnp.where(slot <= K, jnp.concatenate([pall, pall[-1:]]), inf)  # [N + 2]
-    prefix = jnp.concatenate([pc, pall[None]], axis=0).reshape(-1)
+    return pre, cum - taken, pc, pall
 
-    # The candidates after depth d: how many, the weight of the spare budget (ALPHA / their mean
-    # cost, 0 if none), and per q the sum of the q largest best weights (PB) and the cost of
-    # the q cheapest.
-    rem = K - depth - 1
-    pa = pall[1 : N + 1]  # cost prefix up to and including depth d
-    mean = jnp.where(rem > 0, (pall[K] - pa) / jnp.maximum(rem, 1).astype(dtype), 0)
-    scale = jnp.where(mean > 0, ALPHA / jnp.where(mean > 0, mean, 1), 0)
 
+def _curves(W, live, pall):
+    """f[N, N + 1, 2]: per depth d and count q, the sum of the q largest best weights after d
+    (PB) and the cost of the q cheapest candidates after d."""
+    N = W.shape[0]
+    dtype = W.dtype
+    depth = jnp.arange(N)
     # Sorted best weights after depth d, built from the deepest depth up: row d - 1 is row d
     # with client d's best weight inserted (a weight > 0; zeros pad the rows and, inserted past
     # K, change nothing). No arithmetic: the rows hold the weights themselves.
@@ -181,41 +232,27 @@ def _tables(value, eligible, cost, capacity, tiebreak) -> _Tables:
     # cost of the q cheapest after d: pall[d + 1 + q] - pall[d + 1], the windows of pall taken
     # by a skewed reshape (static slicing, no gather).
     length = 2 * N + 3
-    ext = jnp.concatenate([pall, jnp.full((length - (N + 2),), inf)])
+    ext = jnp.concatenate([pall, jnp.full((length - (N + 2),), jnp.inf, dtype)])
     windows = jnp.tile(ext, N + 1)[: N * (length + 1)].reshape(N, length + 1)[:, 1 : N + 2]
-    cq = windows - pa[:, None]
-    curves = jnp.stack([pb, cq], axis=-1)
-
-    fields = {
-        "c": c[:, None],
-        "E": E.astype(dtype),
-        "W": W,
-        "j0": j0.astype(dtype),
-        "pm": pre[1:],
-        "pa": pa[:, None],
-        "rem": rem[:, None].astype(dtype),
-        "scale": scale[:, None],
-    }
-    rows = jnp.concatenate([fields[name] for name, _ in _row_fields(M)], axis=1)
-
-    # Root counts (each list starts at depth 0).
-    room = jnp.where(capacity > 0, capacity, 0)
-    pooled = _seq_sum(room)
-    k = jnp.sum(pc[:, 1:] <= capacity[:, None], axis=1, dtype=jnp.int32)
-    k_all = jnp.sum(pall[1:] <= pooled, dtype=jnp.int32)
-    k_pool = jnp.sum(pall[None, 1:] <= (pooled - room)[:, None], axis=1, dtype=jnp.int32)
-    counts = jnp.concatenate([k, k_all[None], k_pool])
-    return _Tables(order, K, options, rows, curves, prefix, counts)
+    cq = windows - pall[1 : N + 1, None]
+    return jnp.stack([pb, cq], axis=-1)
 
 
-def _row(t: _Tables, d):
-    """Depth d's fields (see ``_row_fields``) as a dict."""
-    M = t.options.shape[1]
-    row, out, start = t.rows[d], {}, 0
-    for name, size in _row_fields(M):
-        out[name] = row[start : start + size]
-        start += size
-    return out
+def _row(t: _Tables, d) -> _Row:
+    """Depth d's ``_Row``."""
+    row, fields, start = t.rows[d], [], 0
+    for width in _row_widths(t.options.shape[1]):
+        fields.append(row[start : start + width])
+        start += width
+    f = _Row(*fields)
+    return f._replace(
+        cost=f.cost[0],
+        eligible=f.eligible > 0,
+        listed_before=f.listed_before.astype(jnp.int32),
+        all_cost=f.all_cost[0],
+        remaining=f.remaining[0].astype(jnp.int32),
+        spare_weight=f.spare_weight[0],
+    )
 
 
 class _Slots(NamedTuple):
@@ -253,8 +290,8 @@ def _slot_work(t: _Tables, R, k, k_all, k_pool, d) -> _Slots:
     N = t.rows.shape[0]
     es = jnp.arange(M)
     f = _row(t, d)
-    c, E = f["c"][0], f["E"] > 0
-    j0, pm, pa = f["j0"].astype(jnp.int32), f["pm"], f["pa"][0]
+    c, E = f.cost, f.eligible
+    j0, pm, pa = f.listed_before, f.list_cost, f.all_cost
     # The cost of one more client in each list than the slot's count (the lists after depth d
     # start just past client d).
     index = jnp.concatenate(
@@ -303,7 +340,7 @@ def _depth_step(t: _Tables, beam: _Beam, d, width):
     big = jnp.asarray(jnp.finfo(dtype).max / 4, dtype)
     es = jnp.arange(M)
     f = _row(t, d)
-    W, rem, scale = f["W"], f["rem"][0].astype(jnp.int32), f["scale"][0]
+    W, rem, scale = f.weight, f.remaining, f.spare_weight
     option_es = t.options[d]  # [M]
     R, V, live, s = beam
 

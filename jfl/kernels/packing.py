@@ -277,9 +277,9 @@ def _prepare(sorted_cost, capacity, tiebreak_bins):
 
 
 def _problem(x, prefix, cap_sorted, k_known, tail_size):
-    """The ``_Problem`` of M = 2 or 3 bins in ascending capacity, and kt: the sum bound, then
-    the count bound Σ_b min(fit_b, k) ≥ k (true on an interval [0, kt_count]: the left side
-    minus k is concave in k)."""
+    """The ``_Problem`` of M = 2 or 3 bins in ascending capacity, and kt: the largest k allowed
+    by the sum bound and by the count bound Σ_b min(fit_b, k) ≥ k (true on an interval
+    [0, kt_count]: the left side minus k is concave in k)."""
     (N,), (n_bins,) = x.shape, cap_sorted.shape
     dtype = x.dtype
     total_cap = jnp.sum(cap_sorted)
@@ -298,9 +298,10 @@ def _problem(x, prefix, cap_sorted, k_known, tail_size):
     # The tail: the H cheapest items.
     H = min(tail_size, N)
     n_sub = 1 << H
+    tail_x = x[:H]
     subset_sum = jnp.zeros((1,), dtype)
     for i in range(H):
-        subset_sum = jnp.concatenate([subset_sum, subset_sum + x[:H][i]])
+        subset_sum = jnp.concatenate([subset_sum, subset_sum + tail_x[i]])
     p = _Problem(
         x=x,
         prefix=prefix,
