@@ -191,13 +191,13 @@ class _Row(NamedTuple):
 
     cost: jax.Array  # f[]: c_d (+inf past the candidates)
     next_cost: jax.Array  # f[]: c_{d+1} (+inf after the last depth)
-    eligible: jax.Array  # b[M]
+    eligible: jax.Array  # bool[M]
     weight: jax.Array  # f[M]
-    rank: jax.Array  # i[M + 1]: place of ES m (m < M) and of "leave out" (m = M) among the options
-    twin: jax.Array  # b[P]: the ES pair p of ``_es_pairs`` is alike for every client from d on
+    rank: jax.Array  # i32[M + 1]: place of ES m (m < M) and of "leave out" (m = M) among options
+    twin: jax.Array  # bool[P]: the ES pair p of ``_es_pairs`` is alike for every client from d on
     weight_after: jax.Array  # f[M]: the largest weight on ES m after depth d
     best_after: jax.Array  # f[]: Σ of the best weights after depth d
-    listed_before: jax.Array  # i[M]: how many clients ES m may take before depth d
+    listed_before: jax.Array  # i32[M]: how many clients ES m may take before depth d
     list_cost: jax.Array  # f[M]: cost of ES m's list up to and including client d
     all_cost: jax.Array  # f[]: cost of all candidates up to and including client d
 
@@ -238,7 +238,7 @@ class _Tables(NamedTuple):
     # f[(M + 1)·(N + 2)]: cost prefix sums of each ES's list of clients (slot s: its s cheapest;
     # +inf past the list), then of all candidates
     prefix: jax.Array
-    count: jax.Array  # i[]: K, the number of candidates (depths 0 .. K - 1)
+    count: jax.Array  # i32[]: K, the number of candidates (depths 0 .. K - 1)
     total_cost: jax.Array  # f[]: the candidates' total cost
 
 
@@ -248,19 +248,19 @@ class _Node(NamedTuple):
     budget: jax.Array  # f[M]: remaining budget per ES
     threshold: jax.Array  # f[M]: largest weight on ES m of a client left out (dominance)
     value: jax.Array  # f[]: weight of the clients placed
-    fits: jax.Array  # i[M]: how many of the cheapest undecided clients ES m may take fit into it
-    fits_all: jax.Array  # i[]: how many of the cheapest undecided candidates fit into the pool
-    next_option: jax.Array  # i[]: rank of the next option to try
-    depth: jax.Array  # i[]
-    node_id: jax.Array  # i[]: its entry in the node log (-1: the root)
+    fits: jax.Array  # i32[M]: how many of the cheapest undecided clients ES m may take fit into it
+    fits_all: jax.Array  # i32[]: how many of the cheapest undecided candidates fit into the pool
+    next_option: jax.Array  # i32[]: rank of the next option to try
+    depth: jax.Array  # i32[]
+    node_id: jax.Array  # i32[]: its entry in the node log (-1: the root)
 
 
 class _State(NamedTuple):
     node: _Node
     best_value: jax.Array  # f[]: the incumbent's value
-    best_id: jax.Array  # i[]: its entry in the node log (-1: nothing better than the initial)
-    steps: jax.Array  # i[]
-    done: jax.Array  # b[]: every branch explored or pruned
+    best_id: jax.Array  # i32[]: its entry in the node log (-1: nothing better than the initial)
+    steps: jax.Array  # i32[]
+    done: jax.Array  # bool[]: every branch explored or pruned
 
 
 # The loop carries the state packed into one float vector, and the stack one packed node per
@@ -403,7 +403,7 @@ def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_ou
 
 
 def _option_rank(cs, E, W, TB, lam, leave_out_last, prefer, order):
-    """i[N, M + 1]: the place of ES m (m < M) and of "leave out" (m = M) among the options of
+    """i32[N, M + 1]: the place of ES m (m < M) and of "leave out" (m = M) among the options of
     depth d: the ESs by reduced weight W - λ·c (descending), then ``prefer`` (descending), then
     tie-break, then index; "leave out" has reduced weight 0, or comes last."""
     N, M = W.shape
@@ -428,7 +428,7 @@ def _option_rank(cs, E, W, TB, lam, leave_out_last, prefer, order):
 
 def _cost_lists(cs, E, K):
     """The count bound's cost tables ``(j0, pc, pall)``: how many clients ES m may take before
-    depth d (i[N + 1, M]), the prefix sums of their costs as ES m's list (f[M, N + 2], slot s:
+    depth d (i32[N + 1, M]), the prefix sums of their costs as ES m's list (f[M, N + 2], slot s:
     its s cheapest, +inf past the list), and those over all candidates (f[N + 2], +inf past K)."""
     N, M = E.shape
     big = jnp.asarray(jnp.inf, cs.dtype)
@@ -525,7 +525,7 @@ def _next_option(t: _Tables, row: _Row, node: _Node):
     """The node's next option: the first by rank, from ``next_option`` on, whose ES can pay,
     lies above its dominance threshold and is not a later twin of an equal ES (symmetry).
     Returns ``(option, has, leave, onehot)``: its rank (M + 1: none), whether there is one (none
-    at a leaf), whether it leaves the client out, and else its ES as b[M]."""
+    at a leaf), whether it leaves the client out, and else its ES as bool[M]."""
     M = node.budget.shape[0]
     R, tau, c = node.budget, node.threshold, row.cost
     es_rank = row.rank[:M]
@@ -872,12 +872,12 @@ class _Stage(NamedTuple):
     """One search of ``budgeted_assignment``'s stages 2 and 3."""
 
     value: jax.Array  # f[N, M]: the weights searched (stage 2: 1 on the good pairs)
-    eligible: jax.Array  # b[N, M]
-    order: jax.Array  # i[N]: the search order
+    eligible: jax.Array  # bool[N, M]
+    order: jax.Array  # i32[N]: the search order
     lam: jax.Array  # f[]: λ of the reduced weights
     prefer: jax.Array  # f[N, M]: orders the ESs of equal reduced weight (stage 2: heavier first)
-    counting: jax.Array  # b[]: stage 2 (unit weights, "leave out" last, kept only if heavier)
-    step_limit: jax.Array  # i[]
+    counting: jax.Array  # bool[]: stage 2 (unit weights, "leave out" last, kept only if heavier)
+    step_limit: jax.Array  # i32[]
 
 
 def _budgeted_search(
