@@ -9,6 +9,8 @@ size, rounding up: ⌈⌈H/2⌉/2⌉.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -139,13 +141,25 @@ def test_check_input_shape(name):
     assert params["dense1"]["kernel"].shape[0] == channels
 
 
+@functools.cache
+def jitted_init(name, shape):
+    """``init_params`` of ``make_model(name, K)`` under jit: one compilation per model and shape,
+    shared by the tests below (op by op, Flax's initialisers compile a program per leaf shape)."""
+    return jax.jit(functools.partial(init_params, make_model(name, K), sample_shape=shape))
+
+
+def normal_inputs(seed, shape):
+    """Standard normal float32 inputs from NumPy (data only: no compilation per shape)."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
 def test_logistic_regression_is_affine():
-    shape = (28, 28, 1)  # the paper input, whose compiled ops the vmap test shares
+    shape = (28, 28, 1)  # the paper input, whose compiled init the vmap test shares
     model = make_model("logistic", K)
-    params = init_params(model, jax.random.key(0), shape)
+    params = jitted_init("logistic", shape)(jax.random.key(0))
     w, b = params["linear"]["kernel"], params["linear"]["bias"]
     assert w.shape == (784, K) and b.shape == (K,)
-    x = jax.random.normal(jax.random.key(1), (5, *shape))
+    x = normal_inputs(1, (5, *shape))
     logits = model.apply({"params": params}, x)
     np.testing.assert_allclose(logits, x.reshape(5, -1) @ w + b, rtol=1e-5, atol=1e-5)
 
@@ -190,11 +204,11 @@ def test_runs_under_vmap_over_client_params(name, shape):
     clients, batch = 3, 2
     model = make_model(name, K)
     keys = jax.random.split(jax.random.key(0), clients)
-    per_client = [init_params(model, key, shape) for key in keys]
+    per_client = [jitted_init(name, shape)(key) for key in keys]
     assert num_parameters(per_client[0]) == expected_parameters(name, shape)
-    stacked = jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *per_client)
+    stacked = jax.tree_util.tree_map(lambda *leaves: np.stack(leaves), *per_client)
     assert num_parameters(stacked) == clients * expected_parameters(name, shape)
-    xs = jax.random.normal(jax.random.key(1), (clients, batch, *shape), jnp.float32)
+    xs = normal_inputs(1, (clients, batch, *shape))
 
     def apply(p, x):
         return model.apply({"params": p}, x)
