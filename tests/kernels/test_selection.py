@@ -82,22 +82,59 @@ def primitive_names(jaxpr) -> set[str]:
     return names
 
 
-def _large_path(tau_bar, queue, available, V, *, m):
+def _large_path(tau_bar, queue, available, V, priority=None, *, m):
     """``divide_and_conquer`` forced onto its large-pool (sort + associative scan) path."""
     available = jnp.asarray(available, bool)
     k = selection.selection_count(available, m)
-    return selection._dnc_large(jnp.asarray(tau_bar), jnp.asarray(queue), available, k, m, V)
+    return selection._dnc_large(
+        jnp.asarray(tau_bar), jnp.asarray(queue), available, k, m, V, priority
+    )
 
 
-def _small_path(tau_bar, queue, available, V, *, m):
-    return divide_and_conquer(tau_bar, queue, available, m, V)
+def _small_path(tau_bar, queue, available, V, priority=None, *, m):
+    return divide_and_conquer(tau_bar, queue, available, m, V, priority)
+
+
+PATHS = {"small": _small_path, "large": _large_path}
+# The m of the batched tests at width PAD_N: every m on the small path (the runner's), a spread on
+# the large one; the priority test takes a few of them.
+PADDED_MS = {"small": tuple(range(1, 11)), "large": (1, 2, 3, 5, 8, 10)}
+PRIORITY_MS = (1, 3, 8)
 
 
 @functools.cache
 def batched_solver(path: str, m: int):
     """jit(vmap(solver)) for one static m, compiled once per (path, m) and reused."""
-    fn = {"small": _small_path, "large": _large_path}[path]
-    return jax.jit(jax.vmap(functools.partial(fn, m=m)))
+    return jax.jit(jax.vmap(functools.partial(PATHS[path], m=m)))
+
+
+@functools.cache
+def _padded_program(path: str):
+    """jit(vmap(...)) of one code path for every m of PADDED_MS without a priority and every m of
+    PRIORITY_MS with one: ({m: mask}, {m: mask}).
+
+    Each (path, m) on its own is a compilation of about a second; one program holding them all
+    compiles once per path (XLA's fixed cost per program is paid once) and serves every batched
+    test at the padded width below.
+    """
+    solver = PATHS[path]
+
+    def solve(tau_bar, queue, available, V, priority):
+        plain = {m: solver(tau_bar, queue, available, V, m=m) for m in PADDED_MS[path]}
+        ranked = {m: solver(tau_bar, queue, available, V, priority, m=m) for m in PRIORITY_MS}
+        return plain, ranked
+
+    return jax.jit(jax.vmap(solve))
+
+
+def padded_solve(path, m, tau_bar, queue, available, V, priority=None):
+    """divide_and_conquer on one code path, ``[1000, PAD_N]`` instances, with ``priority`` if
+    given (else ties by index): the mask for one m, from the path's single program."""
+    ranked = priority is not None
+    if not ranked:  # the priority input of the program, unused by the masks returned here
+        priority = np.broadcast_to(np.arange(PAD_N, dtype=np.int32), tau_bar.shape)
+    plain_masks, ranked_masks = _padded_program(path)(tau_bar, queue, available, V, priority)
+    return np.asarray((ranked_masks if ranked else plain_masks)[m])
 
 
 def check_selection(selected, tau_bar, queue, available, V, m, reference, tol=None):
@@ -196,9 +233,9 @@ def test_divide_and_conquer_integer_instances(path):
     """
     rng = np.random.default_rng(7 if path == "small" else 8)
     # every m on the small path (the runner's); a spread of m on the large one (compile time)
-    for m in range(1, 11) if path == "small" else (1, 2, 3, 5, 8, 10):
+    for m in PADDED_MS[path]:
         tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
-        selected = batched_solver(path, m)(tau, queue, available, V)
+        selected = padded_solve(path, m, tau, queue, available, V)
         check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
 
 
@@ -208,7 +245,7 @@ def test_divide_and_conquer_float_instances(path):
     rng = np.random.default_rng(9 if path == "small" else 10)
     for m in (1, 3, 8):
         tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=False)
-        selected = batched_solver(path, m)(tau, queue, available, V)
+        selected = padded_solve(path, m, tau, queue, available, V)
         tol = objective_tolerance(tau, queue, V, m)
         check_selection(selected, tau, queue, available, V, m, p4_bruteforce, tol)
 
@@ -217,14 +254,14 @@ def test_divide_and_conquer_float_instances(path):
 def test_divide_and_conquer_unpadded_small_shapes(num_clients):
     """Both paths on native tiny shapes (N = 1, 2, 5) vs p4_bruteforce (exact, integer inputs)."""
     rng = np.random.default_rng(11 + num_clients)
-    for m in (2,):
-        tau, queue, available, V = random_instances(rng, 300, num_clients, integer=True)
-        for path in ("small", "large"):
-            fn = jax.jit(
-                jax.vmap(functools.partial({"small": _small_path, "large": _large_path}[path], m=m))
-            )
-            selected = fn(tau, queue, available, V)
-            check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
+    m = 2
+
+    def both_paths(*args):  # one compilation per shape for both paths
+        return {path: PATHS[path](*args, m=m) for path in ("small", "large")}
+
+    tau, queue, available, V = random_instances(rng, 300, num_clients, integer=True)
+    for selected in jax.jit(jax.vmap(both_paths))(tau, queue, available, V).values():
+        check_selection(selected, tau, queue, available, V, m, p4_bruteforce)
 
 
 def test_small_pool_max_dispatch(monkeypatch):
@@ -277,19 +314,6 @@ def test_divide_and_conquer_medium_pools(num_clients):
         check_selection(selected, tau, queue, available, V, 8, p4_prefix_heap, tol)
 
 
-def _priority_solver(path, m):
-    def solve(tau_bar, queue, available, V, priority):
-        if path == "small":
-            return divide_and_conquer(tau_bar, queue, available, m, V, priority)
-        available = jnp.asarray(available, bool)
-        k = selection.selection_count(available, m)
-        return selection._dnc_large(
-            jnp.asarray(tau_bar), jnp.asarray(queue), available, k, m, V, priority
-        )
-
-    return jax.jit(jax.vmap(solve))
-
-
 @pytest.mark.parametrize("path", ["small", "large"])
 def test_divide_and_conquer_priority_breaks_ties_like_the_reference(path):
     """With a random tie-breaking order, both paths pick the *same set* as p4_bruteforce and
@@ -297,12 +321,13 @@ def test_divide_and_conquer_priority_breaks_ties_like_the_reference(path):
     order matters: with the index order some sets differ."""
     rng = np.random.default_rng(31 if path == "small" else 32)
     differ = 0
-    for m in (1, 3, 8):
-        tau, queue, available, V = random_instances(rng, 400, PAD_N, integer=True)
-        priority = np.stack([rng.permutation(PAD_N) for _ in range(400)]).astype(np.int32)
-        got = np.asarray(_priority_solver(path, m)(tau, queue, available, V, priority))
-        by_index = np.asarray(batched_solver(path, m)(tau, queue, available, V))
-        for i in range(400):
+    # 1000 instances: the batch of the padded program (no compilation of its own)
+    for m in PRIORITY_MS:
+        tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
+        priority = np.stack([rng.permutation(PAD_N) for _ in range(1000)]).astype(np.int32)
+        got = padded_solve(path, m, tau, queue, available, V, priority)
+        by_index = padded_solve(path, m, tau, queue, available, V)
+        for i in range(1000):
             args = (tau[i].astype(float), queue[i].astype(float), available[i], m, float(V[i]))
             for reference in (p4_bruteforce, p4_algorithm1, p4_prefix_heap):
                 _, want = reference(*args, priority=priority[i])
@@ -403,7 +428,9 @@ def test_parallel_schedule_has_no_sequential_loop(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert "platform_index" in primitives("auto")
     auto = jax.jit(functools.partial(divide_and_conquer, m=3, V=1.0))(*args)
-    np.testing.assert_array_equal(auto, divide_and_conquer(*args, 3, 1.0, schedule="sequential"))
+    # the sequential schedule's mask, jitted too (op by op it would compile each primitive)
+    sequential = jax.jit(functools.partial(divide_and_conquer, m=3, V=1.0, schedule="sequential"))
+    np.testing.assert_array_equal(auto, sequential(*args))
 
 
 def test_divide_and_conquer_rejects_bad_schedule():
@@ -541,7 +568,7 @@ class UnbatchedTest(chex.TestCase):
         rng = np.random.default_rng(12)
         # a batch of 1000 reuses the compiled program of the integer-instance test (same shapes)
         tau, queue, available, V = random_instances(rng, 1000, PAD_N, integer=True)
-        batched = np.asarray(batched_solver("small", 3)(tau, queue, available, V))
+        batched = padded_solve("small", 3, tau, queue, available, V)
         single = self.variant(divide_and_conquer, static_argnums=3)
         # op-by-op execution retraces the scan at every call: a few instances suffice there
         count = 20 if self.variant.type == chex.ChexVariantType.WITH_JIT else 3
@@ -572,7 +599,7 @@ class UnbatchedTest(chex.TestCase):
     @parameterized.parameters("small", "large")
     def test_divide_and_conquer_infinite_V_still_selects_k(self, path):
         """Even for V = +inf (accepted by the rbcsf hyperparameter check) exactly k are selected."""
-        solver = {"small": _small_path, "large": _large_path}[path]
+        solver = PATHS[path]
         fn = self.variant(functools.partial(solver, m=2))
         tau, queue = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 5.0, 1.0, 2.0])
         selected = fn(tau, queue, jnp.ones(4, bool), jnp.inf)
@@ -581,15 +608,17 @@ class UnbatchedTest(chex.TestCase):
     @chex.variants(with_jit=True, without_jit=True)
     def test_infinite_scores_and_times_keep_their_order(self):
         """±inf scores (an unplayed arm's UCB index) rank first/last; an infinite τ̄ is never
-        chosen over finite ones when enough finite clients are available."""
-        scores = jnp.array([1.0, jnp.inf, -jnp.inf, 3.0, jnp.inf])
-        mask = np.asarray(self.variant(topk_mask)(scores, jnp.ones(5, bool), 3))
-        np.testing.assert_array_equal(mask, [False, True, False, True, True])
-        tau_bar = jnp.array([1.0, jnp.inf, 2.0, 3.0, 0.5])
-        queue = jnp.array([1.0, 5.0, 0.0, 0.0, 0.0])
+        chosen over finite ones when enough finite clients are available (the largest queue
+        notwithstanding). Four clients and m = 2, the shapes of the infinite-V test, whose
+        op-by-op compilations the un-jitted variant then reuses."""
+        scores = jnp.array([1.0, jnp.inf, -jnp.inf, jnp.inf])
+        mask = np.asarray(self.variant(topk_mask)(scores, jnp.ones(4, bool), 3))
+        np.testing.assert_array_equal(mask, [True, True, False, True])
+        tau_bar = jnp.array([1.0, jnp.inf, 2.0, 0.5])
+        queue = jnp.array([1.0, 5.0, 0.0, 0.0])
         dnc = self.variant(divide_and_conquer, static_argnums=3)
-        chosen = np.asarray(dnc(tau_bar, queue, jnp.ones(5, bool), 2, 1.0))
-        np.testing.assert_array_equal(chosen, [True, False, False, False, True])
+        chosen = np.asarray(dnc(tau_bar, queue, jnp.ones(4, bool), 2, 1.0))
+        np.testing.assert_array_equal(chosen, [True, False, False, True])
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_asserts_reject_bad_shapes(self):
