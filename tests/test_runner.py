@@ -49,10 +49,13 @@ def setup():
 
 @pytest.fixture(scope="module")
 def with_trajectories(setup):
-    """The setup's grid run once more, with trajectories (one compiled program for the tests)."""
-    env, params, policy, _, hparams, keys = setup
-    batched = make_batched_run(make_run(env, params, policy, T, trajectories=True, trackers=QUEUE))
-    return batched(keys, hparams)
+    """The setup's grid run once more, with trajectories, in ``SlowestEnv`` (RbcsfEnv with two
+    more per-round metrics): one compiled program for the trajectory tests and
+    test_a_new_round_metric_is_one_subclass, which checks that its other outputs are the setup's
+    own, bit for bit."""
+    _, params, policy, _, hparams, keys = setup
+    run = make_run(SlowestEnv(), params, policy, T, trajectories=True, trackers=QUEUE)
+    return make_batched_run(run)(keys, hparams)
 
 
 def _alone(batched, keys, hparams, i):
@@ -231,12 +234,13 @@ def _last_unmet_reference(selected, rate):
 
 def test_last_unmet_round_matches_numpy_for_rbcsf(setup, with_trajectories):
     """rbcsf (scalar queue_rate β): last_unmet_round is the last t with count_n(t) < t·β."""
-    env, _, _, _, hparams, _ = setup
+    _, _, _, _, hparams, _ = setup
     out = with_trajectories
     last = np.asarray(out.last_unmet_round)
     np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, hparams["beta"]))
-    assert list(out.arrays()) == list(output_dims(env, trajectories=True, trackers=QUEUE))
-    assert out.set_reward is None and out.num_failed is None  # rbcsf has no round_metrics
+    dims = output_dims(SlowestEnv(), trajectories=True, trackers=QUEUE)
+    assert list(out.arrays()) == list(dims)
+    assert out.set_reward is None and out.num_failed is None  # the wireless metrics: none here
     assert (last[1] == 0).all()  # β = 0 is met from the first round on
     assert last.max() > 0 and last.min() < T  # not a trivial case
 
@@ -267,16 +271,18 @@ def test_last_unmet_round_matches_numpy_for_cs_ucb_q_vector_rate():
 def test_env_hparams_availability_is_traced_per_configuration():
     """env_hparams=("availability",): α 0 selects nobody, α 1 selects N; batch-independent."""
     from jfl.envs import WirelessEnv
-    from jfl.envs.wireless import make_params
+    from jfl.envs.wireless import preset_params
 
+    # The sizes, seeds and (Random's) run of test_cs_ucb_q_selects_min_n_available_…: its
+    # program without env_hparams is the one compiled there (availability 0.9, the preset's).
     env = WirelessEnv()
-    num_clients, m, rounds = 4, 2, 40
-    params = make_params(num_clients, availability=0.5, tau_max=0.5)
+    num_clients, m, rounds = 3, 2, 300
+    params = preset_params("fairness")
     policy = get("random").build(num_clients, m)
     batched = make_batched_run(make_run(env, params, policy, rounds, env_hparams=("availability",)))
-    alpha = np.array([0.0, 1.0, 0.5, 0.8, 1.0], np.float32)
+    alpha = np.array([0.0, 1.0, 0.5, 0.9, 1.0], np.float32)
     hparams = {"availability": np.repeat(alpha[:, None], num_clients, 1)}
-    keys = seed_keys(2, np.arange(3))
+    keys = seed_keys(2, np.arange(8))
     together = batched(keys, hparams)
     num_selected = np.asarray(together.num_selected)
     assert (num_selected[0] == 0).all()
@@ -294,13 +300,14 @@ def test_env_hparams_availability_is_traced_per_configuration():
                 np.testing.assert_array_equal(
                     np.asarray(getattr(together, name))[i], np.asarray(value)[0], name
                 )
-    # Without env_hparams the environment's own availability (0.5) is used: config 2's run.
+    # Without env_hparams the environment's own availability (0.9) is used: config 3's run.
+    np.testing.assert_array_equal(params.availability, alpha[3])
     fixed = make_batched_run(make_run(env, params, policy, rounds))
-    plain = fixed(keys, {"availability": hparams["availability"][2:3]})
+    plain = fixed(keys, {}, num_configs=1)
     for name, value in plain.arrays().items():
         if value is not None:
             np.testing.assert_array_equal(
-                np.asarray(value)[0], np.asarray(getattr(together, name))[2]
+                np.asarray(value)[0], np.asarray(getattr(together, name))[3]
             )
 
 
@@ -422,30 +429,32 @@ class SlowestEnv(RbcsfEnv):
         return {"num_slow": jnp.sum(feedback.time > 10.0, dtype=jnp.int32), "time": feedback.time}
 
 
-def test_a_new_round_metric_is_one_subclass(setup):
+def test_a_new_round_metric_is_one_subclass(setup, with_trajectories):
     """A subclass declaring metrics gets them from make_run and labelled by to_dataset; the
-    other outputs are the parent environment's, bit for bit."""
-    _, params, policy, batched, hparams, keys = setup
+    other outputs are the parent environment's, bit for bit (the subclass's run: the
+    trajectories' fixture, whose trajectories are outputs the parent's run does not record)."""
+    _, _, _, batched, hparams, keys = setup
     env = SlowestEnv()
-    one = {k: v[2:3] for k, v in hparams.items()}
-    out = make_batched_run(make_run(env, params, policy, T, trackers=QUEUE))(keys, one)
-    assert list(out.extras)[-2:] == ["num_slow", "time"]
-    assert out.num_slow.shape == (1, SEEDS, T) and out.time.shape == (1, SEEDS, T, N)
-    parent = batched(keys, one)
-    assert list(parent.extras) == list(out.extras)[:-2]  # the fairness queue's
+    out = with_trajectories
+    num_configs = len(hparams["V"])
+    assert list(out.extras)[-4:] == ["num_slow", "time", "selected", "queue"]
+    assert out.num_slow.shape == (num_configs, SEEDS, T)
+    assert out.time.shape == (num_configs, SEEDS, T, N)
+    parent = batched(keys, hparams)
+    assert list(parent.extras) == list(out.extras)[:-4]  # the fairness queue's
     for name, value in parent.arrays().items():
         np.testing.assert_array_equal(np.asarray(getattr(out, name)), value, name)
     time = np.asarray(out.time)
     np.testing.assert_array_equal(out.num_slow, (time > 10).sum(-1))
     np.testing.assert_array_equal(out.round_time, time.max(-1))
 
-    configs = pd.DataFrame({"policy": ["rbcsf"], "V": one["V"]})
-    dims = output_dims(env, trackers=QUEUE)
+    configs = pd.DataFrame({"policy": ["rbcsf"] * num_configs, "V": hparams["V"]})
+    dims = output_dims(env, trajectories=True, trackers=QUEUE)
     ds = results.to_dataset(out.arrays(), configs, np.arange(SEEDS), dims)
     assert ds["num_slow"].dims == ("config", "seed", "round")
     assert ds["time"].dims == ("config", "seed", "round", "client")
     np.testing.assert_array_equal(ds["time"].to_numpy(), time)
-    assert ds.sizes == {"config": 1, "seed": SEEDS, "round": T, "client": N}
+    assert ds.sizes == {"config": num_configs, "seed": SEEDS, "round": T, "client": N}
     # Without the dims, only the registered environments' outputs are known.
     with pytest.raises(ValueError, match="unknown output 'num_slow'"):
         results.to_dataset(out.arrays(), configs, np.arange(SEEDS))
