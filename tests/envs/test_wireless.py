@@ -48,6 +48,7 @@ STEP_MANY = jax.jit(jax.vmap(ENV.step, in_axes=(0, None, 0, None)))
 REWARD_STATISTICS = jax.jit(reward_statistics, static_argnums=3)
 CLIENT_TIMES = jax.jit(jax.vmap(client_times, in_axes=(0, None, None)))
 DRAW_DISTANCE = jax.jit(draw_distance)
+MEAN_SNR = jax.jit(mean_snr)
 
 
 def five_se(p, n):
@@ -181,10 +182,15 @@ def test_coherence_slots_average_the_rate_to_the_ergodic_capacity():
         num_clients, distance=distance, coherence_slots=slots, upload_bits=0.0,
         samples_per_update=0.0, tau_max=1e6,
     )  # fmt: skip
-    uniforms = jax.random.uniform(jax.random.key(7), (wireless.num_draws(params), num_clients))
-    time, _ = jax.jit(client_times)(uniforms, params.distance, params)
+
+    @jax.jit
+    def times_of_key(key):  # the draws and the times in one program (op by op: one per primitive)
+        uniforms = jax.random.uniform(key, (wireless.num_draws(params), num_clients))
+        return client_times(uniforms, params.distance, params)[0]
+
+    time = times_of_key(jax.random.key(7))
     rate = params.download_bits / (params.bandwidth * np.asarray(time, float))
-    snr = np.asarray(mean_snr(distance, params), float)
+    snr = np.asarray(MEAN_SNR(distance, params), float)
     capacity = np.exp(1.0 / snr) * exp1(1.0 / snr) / math.log(2.0)
     # std of log2(1 + snr g) by a large NumPy sample (the closed form needs special functions).
     sample = np.log2(1.0 + snr * np.random.default_rng(8).exponential(size=(200_000, 1)))
@@ -196,8 +202,12 @@ def test_coherence_slots_average_the_rate_to_the_ergodic_capacity():
     key = jax.random.key(9)
     _, state = RESET(key, one)
     _, _, feedback = STEP(key, state, jnp.ones(num_clients, bool), one)
-    draws = jax.random.uniform(key, (4, num_clients))[:3]
-    expected, _ = client_times(draws, one.distance, one)
+
+    @jax.jit
+    def first_rows_times(key):
+        return client_times(jax.random.uniform(key, (4, num_clients))[:3], one.distance, one)[0]
+
+    expected = first_rows_times(key)
     np.testing.assert_allclose(np.asarray(feedback.time), np.asarray(expected), rtol=1e-6)
     with pytest.raises(ValueError, match="coherence_slots must be an integer >= 1, got 0"):
         make_params(3, coherence_slots=0)
@@ -207,7 +217,7 @@ def test_mean_snr_matches_reference():
     """mean_snr = p·10^(−PL/10)/σ² with PL = 128.1 + 37.6 log10(d/1 km): 1.9 dB at 1 km."""
     params = make_params(3)
     distance = np.array([10.0, 300.0, 1000.0])
-    got = np.asarray(mean_snr(jnp.asarray(distance, jnp.float32), params))
+    got = np.asarray(MEAN_SNR(jnp.asarray(distance, jnp.float32), params))
     np.testing.assert_allclose(got, snr_numpy(distance), rtol=1e-5)
     np.testing.assert_allclose(snr_numpy(1000.0), 10**0.19, rtol=1e-12)
 
@@ -231,7 +241,7 @@ def test_download_failure_probability_closed_form():
     distance = np.array([450.0, 525.0, 600.0, 750.0])
     tau_max = 0.2
     params = download_only(distance, tau_max)
-    snr = np.asarray(mean_snr(params.distance, params), float)
+    snr = np.asarray(MEAN_SNR(params.distance, params), float)
     want = 1.0 - np.exp(-(2.0 ** (BITS / (BANDWIDTH * tau_max)) - 1.0) / snr)
     assert np.all((want > 0.05) & (want < 0.5)), want  # moderate probabilities by design
     mu, p_fail = REWARD_STATISTICS(jax.random.key(21), params, params.distance, NUM_MC)
@@ -257,7 +267,7 @@ def test_download_time_cdf_closed_form():
         return jax.vmap(lambda k: ENV.step(k, state, everyone, params)[2].time)(keys)
 
     times = np.asarray(sample(jax.random.split(jax.random.key(31), num_rounds)), float)
-    snr = np.asarray(mean_snr(params.distance, params), float)
+    snr = np.asarray(MEAN_SNR(params.distance, params), float)
     eps = math.sqrt(math.log(2.0 / 1e-6) / (2 * num_rounds))
     quantiles = np.array([0.05, 0.2, 0.5, 0.8, 0.95])
     for k in range(distance.size):
