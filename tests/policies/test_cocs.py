@@ -9,6 +9,13 @@ the state that jfl's own selections produced (teacher forcing, ``played=``), so 
 near-tie, where the two precisions may order pairs differently, cannot make the trajectories
 drift apart. A differing round must be explained by a near-tie of the round's assignment
 problem (two solutions the precisions rank differently) and such rounds must be rare.
+
+Compiling a program of the COCS family takes seconds (its assignment kernels), once per distinct
+program (function and shapes): hence two shapes, each run in one program of the learners (the
+invariants test reuses that of SHAPES[1]). (4, 1, 2) has a single edge server (M = 1) and D = 2;
+(7, 3, 4) has several (M = 3: the per-ES budgets 2.5, 6 and 4 all in use), D = 4 (5^4 cubes per
+pair at h_T = 5), and N, M and D all different, so that a mixed-up axis fails. Every policy thus
+meets M = 1 and M > 1, D = 2 and D > 2 (no code path depends on D beyond its size).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from jfl.runner import make_batched_run, make_run, seed_keys
 from tests.policies.cocs_inputs import observation
 
 NUM_ROUNDS = 100
-SHAPES = [(4, 1, 2), (7, 3, 2), (7, 2, 4)]  # (N clients, M edge servers, context dimension D)
+SHAPES = [(4, 1, 2), (7, 3, 4)]  # (N clients, M edge servers, context dimension D)
 MAX_CUBES = 5  # the policies' static max_cubes_per_dim here (h_T ≤ 5)
 # Per instance: P(pair covered), budget kind, costs on a 1/8 grid (exact sums in float32).
 INSTANCES = [
@@ -465,7 +472,8 @@ def test_reference_without_teacher_forcing():
 
 @functools.cache
 def default_runs():
-    """Every policy with its default hyperparameters on the instances of shape SHAPES[1]."""
+    """Every policy with its default hyperparameters on the instances of shape SHAPES[1] (the
+    learners in the program that the reference test compiled for that shape)."""
     inputs = make_instances(np.random.default_rng(11), *SHAPES[1])
     hparams = {
         name: {k: np.full(len(INSTANCES), v, np.float32) for k, v in get(name).defaults().items()}
@@ -480,7 +488,7 @@ def default_runs():
 def test_policy_invariants(name):
     """Covered pairs only, one ES per client, budgets kept; oracle_state = budgeted_assignment
     on success_prob."""
-    # Random observations: N = 7, M = 3, 6 instances, 100 rounds, default hyperparameters;
+    # Random observations: N = 7, M = 3, D = 4, 6 instances, 100 rounds, default hyperparameters;
     # budgets with the kernel's 1e-6 relative slack.
     inputs, out, direct = default_runs()
     actions = out[name][0]

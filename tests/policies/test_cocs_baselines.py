@@ -76,7 +76,8 @@ def test_random_budget_is_uniform():
     cost = jnp.ones(4)
     available = jnp.ones((4, 3), bool)
     sample = jax.jit(jax.vmap(random_feasible_decision, in_axes=(0, None, None, None)))
-    loose = np.asarray(sample(keys, cost, available, jnp.full(3, 10.0))).sum(0)
+    # Both budgets float32 (not weakly typed): one compiled program for the two.
+    loose = np.asarray(sample(keys, cost, available, jnp.full(3, 10.0, jnp.float32))).sum(0)
     p = 1 / 3
     assert np.all(np.abs(loose - draws * p) < 4.5 * np.sqrt(draws * p * (1 - p))), loose
     one_slot = jnp.array([1.0, 0.0, 0.0])
