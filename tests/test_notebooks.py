@@ -6,6 +6,8 @@ folder, so whatever they write (``runs/…``) stays out of the repository, at sm
 (``tests.helpers.NOTEBOOK_SIZES``: a cell after the settings cell; the notebooks keep their own
 defaults). A failing cell fails the test with the cell's traceback; the summaries and values
 they show are then checked against the library (``tests.helpers.check_notebook_results``).
+The executions are marked ``notebooks``: out of the default run, run by ``pytest -m notebooks``
+(and by CI); the static checks of the stored files run by default.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def test_notebook_states_what_it_shows_and_how_to_scale_up(path):
 FIRST = [p for p in NOTEBOOKS if p.stem not in NOTEBOOKS_LATER]
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", FIRST, ids=lambda p: p.stem)
 def test_notebook_runs_end_to_end(path, tmp_path):
     run_notebook_and_check(path, tmp_path)
