@@ -27,6 +27,9 @@ from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.stats import mean_ci
 from jfl.trackers import fairness_queue
 
+# The papers' claims on 16 seeds: out of the default run; CI runs them after it.
+pytestmark = pytest.mark.paper
+
 FAST_SEEDS, SLOW_SEEDS = 16, 64
 FAIRNESS = np.asarray(CsUcbQFairness.fairness)  # c = (0.6, 0.5, 0.4), the experiment's default
 MC_SAMPLES = 20_000

@@ -21,6 +21,9 @@ from jfl.stats import mean_ci
 from jfl.sweep import config_table, run_policy_grid
 from jfl.trackers import fairness_queue
 
+# The papers' claims on 16 seeds: out of the default run; CI runs them after it.
+pytestmark = pytest.mark.paper
+
 VS = (1.0, 10.0, 50.0)
 
 

@@ -24,6 +24,9 @@ from jfl.distributed import Layout, check_flags, fingerprint
 from jfl.experiments import VBetaGrid
 from jfl.results import load_dataset
 
+# Sweeps launched as processes: out of the default run; CI runs them after it.
+pytestmark = pytest.mark.processes
+
 SCRIPT = Path(__file__).resolve().parents[1] / "sweeps" / "v_beta_grid.py"
 GRID = [
     "--V", "0,50", "--beta", "0.15", "--seeds", "3", "--rounds", "20", "--clients", "12",

@@ -359,6 +359,7 @@ def test_mirror_shares_the_kernels_constants():
     assert ref.PACKING_STEPS == packing.DEFAULT_MAX_STEPS
 
 
+@pytest.mark.paper
 def test_last_stages_match_mirror_on_hfl_cifar_rounds():
     """Where the branch and bound does not certify its answer (CIFAR preset rounds, random
     tie-breaks): cardinality_assignment's packing check and budgeted_assignment's beam stage
@@ -531,6 +532,7 @@ def _hfl_ratios(family, count):
     return {name: np.array(r) for name, r in ratios.items()}
 
 
+@pytest.mark.paper
 def test_ratio_on_hfl_mnist_rounds():
     """MNIST preset (N = 50, M = 3): unit weights solved exactly, probabilities ≥ 0.995 mean."""
     for family in ("mnist/unit", "mnist/prob"):

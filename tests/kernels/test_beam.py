@@ -318,6 +318,7 @@ def _check_cifar_ratios(optima):
     assert ratios.mean() >= 0.995, ratios.mean()
 
 
+@pytest.mark.paper
 def test_with_budgeted_assignment_near_the_milp_on_cifar_rounds():
     # Rounds of the CIFAR preset with probability-like weights, where budgeted_assignment's
     # search rarely finishes: with the beam stage its answer is within 3% of the MILP

@@ -204,6 +204,7 @@ def bound(sorted_cost, capacity):
     return best
 
 
+@pytest.mark.paper
 def test_optimal_on_hfl_cifar_rounds():
     """On 512 CIFAR rounds: complete, feasible, and optimal: equal to the bound, or else to the
     MILP's count (checked on every such round, and on 13 others); and k_known = the optimum

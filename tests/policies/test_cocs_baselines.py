@@ -215,6 +215,7 @@ def test_oracle_takes_the_most_successful_clients_the_budgets_admit():
         assert np.all((actions & inputs["success"]).sum(axis=(2, 3)) <= most), name
 
 
+@pytest.mark.paper
 def test_oracle_is_exact_on_hfl_rounds():
     """At the paper's size (MNIST preset, N = 50, M = 3), on 100 first rounds of independent
     runs: the Oracle's count equals the MILP's maximum of successful pairs."""
