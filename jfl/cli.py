@@ -169,11 +169,20 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
         fail(prog, str(err))
     print(result.describe())
     if result.process == 0:
-        print(format_table(result.summary, config.summary_columns))
+        print(
+            format_table(result.summary, config.summary_columns, where=result.out / "summary.csv")
+        )
     return 0
 
 
-def format_table(summary, columns, max_rows: int = 20) -> str:
-    """The summary's ``columns`` (those it has) as a text table of at most ``max_rows`` rows."""
+def format_table(summary, columns, max_rows: int = 20, where: Path | str | None = None) -> str:
+    """The summary's ``columns`` (those it has) as a text table of at most ``max_rows`` rows; a
+    cut table ends with a line saying how many rows it left out and where the whole table is."""
     columns = [c for c in columns if c in summary]
-    return summary[columns].head(max_rows).to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    shown = summary[columns].head(max_rows)
+    text = shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    left_out = len(summary) - len(shown)
+    if left_out > 0:
+        text += f"\n… {left_out} more rows (of {len(summary)})"
+        text += f": the whole table is {where}" if where is not None else ""
+    return text

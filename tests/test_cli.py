@@ -151,6 +151,20 @@ def test_format_table_keeps_the_known_columns():
     summary = pd.DataFrame({"policy": ["rbcsf"], "V": [1.0], "other": [2.0]})
     text = cli.format_table(summary, ("policy", "V", "missing"))
     assert "rbcsf" in text and "V" in text and "other" not in text
+    assert "more rows" not in text
+
+
+def test_a_cut_table_says_how_many_rows_it_left_out_and_where_the_whole_table_is(tmp_path):
+    import pandas as pd
+
+    summary = pd.DataFrame({"policy": ["rbcsf"] * 42, "V": [float(v) for v in range(42)]})
+    text = cli.format_table(summary, ("policy", "V"), where=tmp_path / "summary.csv")
+    lines = text.splitlines()
+    assert len(lines) == 1 + 20 + 1  # header, 20 rows, the note
+    assert lines[-1] == f"… 22 more rows (of 42): the whole table is {tmp_path / 'summary.csv'}"
+    assert lines[-2].split() == ["rbcsf", "19"]
+    exact = cli.format_table(summary.head(20), ("policy", "V"), where="x")
+    assert "more rows" not in exact and len(exact.splitlines()) == 21
 
 
 def test_python_m_jfl_lists_the_experiments(capsys):
