@@ -44,14 +44,21 @@ _RANGE = re.compile(r"^\s*([^:]+):([^:]+):([^:]+)\s*$")
 def parse_values(text: str, name: str) -> list[float]:
     """``"1,10,20"`` or an inclusive range ``"start:stop:count"`` (``"0:50:11"`` → 0, 5, …, 50)."""
     text = str(text).strip()
+    match = _RANGE.match(text)
+    if match and not (match[3].strip().isdigit() and int(match[3]) >= 1):
+        raise ValueError(
+            f"--{name}: the count of start:stop:count must be an integer >= 1, got {text!r}"
+        )
+    items = [v.strip() for v in text.split(",")]
+    if items[-1] == "" and len(items) > 1:
+        items.pop()  # one trailing comma: nothing missing
+    if not match and len(items) > 1 and "" in items:
+        raise ValueError(f"--{name}: an empty item in {text!r} (a value missing between commas?)")
     try:
-        match = _RANGE.match(text)
         if match:
-            start, stop, count = float(match[1]), float(match[2]), match[3]
-            if not count.strip().isdigit() or int(count) < 1:
-                raise ValueError
-            return [float(v) for v in np.linspace(start, stop, int(count))]
-        values = [float(v) for v in text.split(",") if v.strip()]
+            start, stop = float(match[1]), float(match[2])
+            return [float(v) for v in np.linspace(start, stop, int(match[3]))]
+        values = [float(v) for v in items if v]
     except ValueError:
         raise ValueError(
             f"--{name}: expected a comma-separated list (1,10,20) or start:stop:count "

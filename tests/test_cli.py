@@ -97,6 +97,8 @@ def test_help_exits_0_listing_the_flags(capsys):
         (["--V", "1,x"], ["--V", "'1,x'"]),  # a bad list
         (["--V", "0:50"], ["--V", "start:stop:count"]),
         (["--V", "0:50:x"], ["--V", "start:stop:count"]),
+        (["--V", "1:10:0"], ["--V", "count of start:stop:count must be an integer >= 1"]),
+        (["--V", "1,,10"], ["--V", "an empty item in '1,,10'"]),
         (["--ci", "normal"], ["--ci", "normal"]),  # not one of the choices
         (["--seeds"], ["--seeds"]),  # a flag without its value
     ],

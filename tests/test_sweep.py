@@ -39,9 +39,14 @@ def test_parse_values_lists_and_ranges():
     assert parse_values("0:50:11", "V") == pytest.approx(list(np.linspace(0, 50, 11)))
     assert parse_values("2:2:1", "V") == [2.0]
     assert parse_values("0.15", "beta") == [0.15]
-    for bad in ("", "a,b", "0:1", "0:1:0", "0:1:x", "0:1:2.5", ",,"):
+    for bad in ("", "a,b", "0:1", "0:1:0", "0:1:x", "0:1:2.5", ",,", "1,,10", ",1"):
         with pytest.raises(ValueError, match="--V"):
             parse_values(bad, "V")
+    # What is wrong, said: the range's count, an empty item.
+    with pytest.raises(ValueError, match=r"count of start:stop:count must be an integer >= 1"):
+        parse_values("1:10:0", "V")
+    with pytest.raises(ValueError, match="an empty item in '1,,10'"):
+        parse_values("1,,10", "V")
 
 
 def test_config_table_grid_and_unused_hparams():
