@@ -118,6 +118,8 @@ class Experiment:
         checks.integer("--base-seed", self.base_seed, 0)
         if self.memory_budget is not None:
             checks.positive("--memory-budget", self.memory_budget)
+        if not str(self.out).strip():
+            raise ValueError("--out must name a directory, got ''")
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
         from jfl import distributed
@@ -287,7 +289,7 @@ def run(config: Experiment) -> Result:
     out = Path(config.out)
     # A directory that will be refused is refused before the plan's own computations (by every
     # process alike: they read the same directory).
-    sweep.check_out_dir(out, settings, overwrite=config.overwrite)
+    sweep.check_out_dir(out, settings, overwrite=config.overwrite, resume=config.resume)
     plan = config.plan()
     stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
     size = chunk_size(config, plan, stored)

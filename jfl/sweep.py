@@ -269,10 +269,13 @@ class ChunkStore:
         return arrays
 
 
-def check_out_dir(out: Path, settings: Mapping, overwrite: bool) -> None:
+def check_out_dir(out: Path, settings: Mapping, overwrite: bool, resume: bool = False) -> None:
     """Refuse early a directory whose sweep has other ``settings`` (the keys given), unless
-    ``overwrite``; :func:`prepare_out_dir` does the full check once the chunk size is known."""
+    ``overwrite``, and with ``resume`` one that holds no sweep; :func:`prepare_out_dir` does the
+    full check once the chunk size is known."""
     path = Path(out) / MANIFEST
+    if resume and not overwrite and not path.exists():
+        raise ValueError(_nothing_to_resume(Path(out)))
     if overwrite or not path.exists():
         return
     try:
@@ -297,6 +300,18 @@ def stored_chunk_size(out: Path, settings: Mapping) -> int | None:
     return old.get("chunk_configs")
 
 
+def _nothing_to_resume(out: Path) -> str:
+    if not out.exists():
+        return (
+            f"--resume: {out} does not exist, so there is no sweep to resume: check --out, or "
+            "drop --resume to start one"
+        )
+    return (
+        f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is corrupt): "
+        "pick another --out or drop --resume"
+    )
+
+
 def _refuse_other_settings(out: Path, old: Mapping, new: Mapping) -> None:
     differences = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if differences:
@@ -313,7 +328,7 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
     A directory that holds a sweep with the same settings is reused: its finished chunks are
     kept and only what is missing is computed (running the same command twice completes or
     reuses the first run). One with other settings is refused unless ``overwrite``; with
-    ``resume`` a directory that is not a sweep at all is refused too.
+    ``resume`` a directory that holds no sweep (missing, empty or foreign) is refused too.
     """
     out = Path(out)
     path = out / MANIFEST
@@ -330,11 +345,8 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
             ) from None
         _refuse_other_settings(out, old, manifest)
         return
-    if resume and not path.exists() and out.exists() and any(out.iterdir()):
-        raise ValueError(
-            f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is "
-            "corrupt): pick another --out or drop --resume"
-        )
+    if resume and not path.exists():
+        raise ValueError(_nothing_to_resume(out))
     if (out / CHUNK_DIR).exists() and not path.exists() and not overwrite:
         raise ValueError(
             f"--out {out} holds chunks but no {MANIFEST}; pass --overwrite to start again"

@@ -124,6 +124,11 @@ def test_check_errors_are_one_line(argv, message, capsys, tmp_path):
     assert cli_fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
 
 
+def test_an_empty_out_is_refused_not_the_current_directory(capsys):
+    line = cli_fails(VBetaGrid, ["--out", "", "--no-plots"], capsys)
+    assert line == "prog: error: --out must name a directory, got ''"
+
+
 def test_prog_defaults_to_the_script_name(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("sys.argv", ["sweeps/v_beta_grid.py"])
     with pytest.raises(SystemExit):

@@ -20,6 +20,7 @@ from jfl.sweep import (
     ChunkStore,
     auto_chunk_size,
     bytes_per_run,
+    check_out_dir,
     chunk_bounds,
     config_table,
     parse_values,
@@ -170,10 +171,18 @@ def test_prepare_out_dir_creates_the_directory_and_manifest(tmp_path):
     out = tmp_path / "a" / "b"
     prepare_out_dir(out, MANIFEST_A, resume=False, overwrite=False)
     assert json.loads((out / MANIFEST).read_text()) == MANIFEST_A
+    # --resume where there is no sweep (an empty or a missing directory) is refused, writing
+    # nothing: a mistyped --out does not start a new sweep.
     empty = tmp_path / "empty"
     empty.mkdir()
-    prepare_out_dir(empty, MANIFEST_A, resume=True, overwrite=False)  # nothing to resume: a start
-    assert (empty / MANIFEST).exists()
+    with pytest.raises(ValueError, match=f"--resume: {empty} has no {MANIFEST}"):
+        prepare_out_dir(empty, MANIFEST_A, resume=True, overwrite=False)
+    assert not any(empty.iterdir())
+    missing = tmp_path / "typo"
+    for check in (prepare_out_dir, check_out_dir):
+        with pytest.raises(ValueError, match=f"--resume: {missing} does not exist"):
+            check(missing, MANIFEST_A, resume=True, overwrite=False)
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize("resume", [False, True])
