@@ -152,9 +152,15 @@ def parse(config_type, argv=None, prog: str | None = None):
             )
     except SystemExit as exit:
         if exit.code:
-            fail(prog, _one_line(captured.getvalue()))
+            fail(prog, _one_line(captured.getvalue()) + _did_you_mean(captured.getvalue()))
         sys.stderr.write(captured.getvalue())
         raise
+
+
+def _did_you_mean(panel: str) -> str:
+    """``"; did you mean --seeds?"`` from the first flag tyro's panel suggests, else ``""``."""
+    match = re.search(r"Perhaps you meant:[^\n]*\n[^\w-]*(--[\w-]+)", panel)
+    return f"; did you mean {match[1]}?" if match else ""
 
 
 def main(config_type, argv=None, prog: str | None = None) -> int:

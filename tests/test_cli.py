@@ -124,6 +124,12 @@ def test_check_errors_are_one_line(argv, message, capsys, tmp_path):
     assert cli_fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
 
 
+def test_a_mistyped_flag_gets_the_nearest_one(capsys):
+    line = cli_fails(VBetaGrid, ["--sedes", "3"], capsys)
+    assert "--sedes" in line and line.endswith("; did you mean --seeds?"), line
+    assert "did you mean" not in cli_fails(VBetaGrid, ["--seeds", "many"], capsys)
+
+
 def test_an_empty_out_is_refused_not_the_current_directory(capsys):
     line = cli_fails(VBetaGrid, ["--out", "", "--no-plots"], capsys)
     assert line == "prog: error: --out must name a directory, got ''"
