@@ -87,8 +87,13 @@ def parse_concentrations(text: str, name: str) -> list[float]:
 
     ``name`` (the flag) heads the error messages.
     """
+    items = [v.strip() for v in str(text).split(",")]
+    if items[-1] == "" and len(items) > 1:
+        items.pop()  # one trailing comma: nothing missing
+    if len(items) > 1 and "" in items:
+        raise ValueError(f"{name}: an empty item in {text!r} (a value missing between commas?)")
     values = []
-    for item in (v.strip() for v in str(text).split(",")):
+    for item in items:
         if not item:
             continue
         if item.lower() == "iid":

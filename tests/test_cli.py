@@ -53,7 +53,13 @@ def test_concentrations_take_iid_as_infinity():
     assert config.gamma1 == (1.0, 10.0, math.inf)
     assert cli.parse(FlRbcsf, ["--gamma1", "0.5", "IID"], prog="prog").gamma1 == (0.5, math.inf)
     assert cli.parse_concentrations("2, iid", "--gamma1") == [2.0, math.inf]
-    for bad, message in (("0", "must be > 0"), ("x", "expected numbers > 0 or 'iid'"), ("", "no")):
+    assert cli.parse_concentrations("2, iid,", "--gamma1") == [2.0, math.inf]
+    for bad, message in (
+        ("0", "must be > 0"),
+        ("x", "expected numbers > 0 or 'iid'"),
+        ("", "no"),
+        ("1,,iid", "--gamma1: an empty item in '1,,iid'"),
+    ):
         with pytest.raises(ValueError, match=message):
             cli.parse_concentrations(bad, "--gamma1")
 
