@@ -26,7 +26,7 @@ from typing import Annotated
 
 import tyro
 
-from jfl.sweep import parse_values
+from jfl.sweep import list_items, parse_values
 
 _BOX = re.compile(r"[╭╮╰╯│─]+")
 
@@ -87,15 +87,8 @@ def parse_concentrations(text: str, name: str) -> list[float]:
 
     ``name`` (the flag) heads the error messages.
     """
-    items = [v.strip() for v in str(text).split(",")]
-    if items[-1] == "" and len(items) > 1:
-        items.pop()  # one trailing comma: nothing missing
-    if len(items) > 1 and "" in items:
-        raise ValueError(f"{name}: an empty item in {text!r} (a value missing between commas?)")
     values = []
-    for item in items:
-        if not item:
-            continue
+    for item in list_items(text, name):
         if item.lower() == "iid":
             values.append(math.inf)
             continue

@@ -49,16 +49,12 @@ def parse_values(text: str, name: str) -> list[float]:
         raise ValueError(
             f"--{name}: the count of start:stop:count must be an integer >= 1, got {text!r}"
         )
-    items = [v.strip() for v in text.split(",")]
-    if items[-1] == "" and len(items) > 1:
-        items.pop()  # one trailing comma: nothing missing
-    if not match and len(items) > 1 and "" in items:
-        raise ValueError(f"--{name}: an empty item in {text!r} (a value missing between commas?)")
+    items = [] if match else list_items(text, f"--{name}")
     try:
         if match:
             start, stop = float(match[1]), float(match[2])
             return [float(v) for v in np.linspace(start, stop, int(match[3]))]
-        values = [float(v) for v in items if v]
+        values = [float(v) for v in items]
     except ValueError:
         raise ValueError(
             f"--{name}: expected a comma-separated list (1,10,20) or start:stop:count "
@@ -67,6 +63,17 @@ def parse_values(text: str, name: str) -> list[float]:
     if not values:
         raise ValueError(f"--{name}: no values given")
     return values
+
+
+def list_items(text: str, name: str) -> list[str]:
+    """The non-empty items of a comma-separated list; an empty item between two commas is refused
+    (``name`` heads the message), one trailing comma is not an item."""
+    items = [v.strip() for v in str(text).split(",")]
+    if items[-1] == "" and len(items) > 1:
+        items.pop()
+    if len(items) > 1 and "" in items:
+        raise ValueError(f"{name}: an empty item in {text!r} (a value missing between commas?)")
+    return [v for v in items if v]
 
 
 def config_table(
