@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
+import tyro
 
 from jfl import checks
 
@@ -37,8 +39,10 @@ EXECUTION_ONLY = (
     "out",
     "resume",
     "overwrite",
+    "reuse_stale",
     "ci",
     "plots",
+    "plot_at",
     "quiet",
     "fast_prng",
     "distributed",
@@ -73,6 +77,9 @@ class Experiment:
     """continue the sweep in --out (it must hold the same settings)"""
     overwrite: bool = False
     """replace whatever sweep --out holds"""
+    reuse_stale: bool = False
+    """reuse the results --out holds although other code computed them (recorded in
+    metadata.json); by default they are refused"""
     per_run_rounds: bool = False
     """also store every run's per-round values in results.nc (by default it holds per-run
     metrics [config, seed] and bands over seeds [config, round]), written chunk by chunk"""
@@ -82,6 +89,10 @@ class Experiment:
     """interval method over seeds"""
     plots: bool = True
     """write the figures"""
+    plot_at: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """AXIS=VALUE: the grid point at which figures that show one slice of the grid draw it
+    (repeat the flag or join with commas: beta=0.2,alpha=0.1); by default the experiment's
+    defaults, named in each figure's title"""
     quiet: bool = False
     """no progress bar"""
     fast_prng: bool = True
@@ -122,6 +133,8 @@ class Experiment:
             raise ValueError("--out must name a directory, got ''")
         if self.resume and self.overwrite:
             raise ValueError("--resume and --overwrite exclude each other")
+        if self.reuse_stale and self.overwrite:
+            raise ValueError("--reuse-stale and --overwrite exclude each other")
         from jfl import distributed
 
         distributed.check_flags(
@@ -139,6 +152,8 @@ class Experiment:
                     f"--chunk-size must be a positive integer or 'auto', got {self.chunk_size!r}"
                 ) from None
             checks.integer("--chunk-size", chunk)
+        if self.plot_at:
+            checks.grid_point("--plot-at", self.plot_at, self.plot_axes())
 
     def plan(self) -> Plan:
         """The Python-side setup of the sweep: environment, configurations, per-configuration
@@ -147,6 +162,11 @@ class Experiment:
 
     def metrics(self, ds) -> dict:
         """Experiment-specific per-(config, seed) metrics, added to the generic ones."""
+        return {}
+
+    def plot_axes(self) -> dict[str, list[float]]:
+        """The grid axes that figures showing one slice of the grid fix, with their values
+        (``--plot-at`` picks among them); none by default."""
         return {}
 
     def figures(self, ds, summary: pd.DataFrame, folder: Path) -> None:
@@ -195,6 +215,8 @@ class Result:
     out: Path
     wall_seconds: float
     process: int = 0  # this process among a distributed sweep's (0 writes the outputs)
+    chunks_computed: int = 0  # by this process
+    chunks_reused: int = 0  # found finished in --out
 
     def describe(self) -> str:
         """One line for the terminal: what ran, how long, where the outputs are."""
@@ -206,8 +228,22 @@ class Result:
             )
         return (
             f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
-            f"{self.wall_seconds:.1f} s → {self.out}"
+            f"{self.wall_seconds:.1f} s → {self.out} ({self.chunks_computed} chunks computed, "
+            f"{self.chunks_reused} reused)"
         )
+
+
+# Below this many seeds a sweep notes that its intervals are wide and unreliable.
+FEW_SEEDS = 5
+
+
+def few_seeds_note(seeds: int) -> str:
+    """The one line a sweep of fewer than ``FEW_SEEDS`` seeds prints before it runs."""
+    if seeds == 1:
+        return "note: 1 seed: no intervals (they need at least 2 seeds)"
+    return (
+        f"note: {seeds} seeds: intervals over fewer than {FEW_SEEDS} seeds are wide and unreliable"
+    )
 
 
 # Largest batch (configurations × seeds) of one chunk on CPU: the vmapped runner is fastest
@@ -273,7 +309,7 @@ def run(config: Experiment) -> Result:
     """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
     import jax
 
-    from jfl import distributed, prng, sweep
+    from jfl import distributed, prng, provenance, sweep
     from jfl.runner import output_dims
 
     config.check()
@@ -291,14 +327,27 @@ def run(config: Experiment) -> Result:
     # process alike: they read the same directory).
     sweep.check_out_dir(out, settings, overwrite=config.overwrite, resume=config.resume)
     plan = config.plan()
+    code = provenance.code_fingerprint(_code_objects(config, plan))
     stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
     size = chunk_size(config, plan, stored)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
     # sweep bit-identical to an uninterrupted one. "devices" is per process (a chunk's devices).
-    manifest = {**settings, "chunk_configs": size, "devices": jax.local_device_count()}
+    manifest = {
+        **settings,
+        "chunk_configs": size,
+        "devices": jax.local_device_count(),
+        "code": code,
+    }
     distributed.check_same_settings(manifest, layout)
+    stale = []
     if layout.writes_outputs:
-        sweep.prepare_out_dir(out, manifest, resume=config.resume, overwrite=config.overwrite)
+        stale = sweep.prepare_out_dir(
+            out,
+            manifest,
+            resume=config.resume,
+            overwrite=config.overwrite,
+            reuse_stale=config.reuse_stale,
+        )
     distributed.barrier("jfl-out-ready", layout)
     if config.fast_prng:
         prng.use_unrolled_threefry_on_cpu()
@@ -318,6 +367,8 @@ def run(config: Experiment) -> Result:
     keep = per_run_outputs(config, dims, plan.trackers) if reduced else ()
     seeds = np.arange(config.seeds)
     store = sweep.ChunkStore(out)
+    if config.seeds < FEW_SEEDS and layout.writes_outputs:
+        print(few_seeds_note(config.seeds), file=sys.stderr)
     start = time.perf_counter()
     outputs = sweep.run_policy_grid(
         plan.env,
@@ -353,9 +404,13 @@ def run(config: Experiment) -> Result:
         )
 
     ds, summary = _labelled(config, plan, outputs, dims, seeds, keep)
+    counts = {"chunks_computed": store.computed, "chunks_reused": store.reused}
     if not layout.writes_outputs:
-        return Result(config, ds, summary, out, wall, process=layout.index)
-    metadata = sweep.run_metadata(manifest, wall_seconds=wall)
+        return Result(config, ds, summary, out, wall, process=layout.index, **counts)
+    metadata = provenance.run_metadata(manifest, wall_seconds=wall)
+    metadata["code"] = code
+    if stale:
+        metadata["reused_stale"] = {"changes": stale, "chunks_reused": store.reused}
     metadata["processes"] = layout.count
     metadata["devices_per_process"] = jax.local_device_count()
     metadata["outputs"] = "reduced on the device" if reduced else "every run's rounds"
@@ -370,7 +425,20 @@ def run(config: Experiment) -> Result:
     metadata.update(plan.metadata)
     kept = {name: dims[name] for name in keep}
     _write_outputs(config, plan, ds, summary, metadata, store, size, kept)
-    return Result(config, ds, summary, out, wall)
+    return Result(config, ds, summary, out, wall, **counts)
+
+
+def _code_objects(config: Experiment, plan: Plan) -> dict:
+    """What a sweep runs, by role, for its code fingerprint (``jfl.provenance``)."""
+    from jfl.policies import get as get_policy
+
+    objects = {"experiment": type(config), "environment": plan.env, "learner": plan.learner}
+    for name in dict.fromkeys(plan.configs["policy"]):
+        objects[f"policy {name}"] = get_policy(name).build
+    for i, tracker in enumerate(plan.trackers):
+        functions = {k: v for k, v in tracker._asdict().items() if callable(v)}
+        objects.update({f"tracker {i} {k}": v for k, v in functions.items()})
+    return objects
 
 
 def _labelled(config: Experiment, plan: Plan, outputs, dims, seeds, keep):

@@ -192,10 +192,15 @@ def round_up(x: int, multiple: int) -> int:
 
 
 class ChunkStore:
-    """Finished chunks as ``.npz`` files under ``<root>/chunks/<label>/``, written atomically."""
+    """Finished chunks as ``.npz`` files under ``<root>/chunks/<label>/``, written atomically.
+
+    ``computed`` and ``reused`` count the chunks this process computed and the ones it found
+    finished (``run_chunked``), for the sweep's closing line."""
 
     def __init__(self, root):
         self.root = Path(root)
+        self.computed = 0
+        self.reused = 0
 
     def path(self, label: str, index: int) -> Path:
         """Where chunk ``index`` of group ``label`` is stored."""
@@ -329,14 +334,21 @@ def _refuse_other_settings(out: Path, old: Mapping, new: Mapping) -> None:
         )
 
 
-def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool) -> None:
+def prepare_out_dir(
+    out: Path, manifest: Mapping, resume: bool, overwrite: bool, reuse_stale: bool = False
+) -> list[str]:
     """Create ``out``, or reuse the sweep it holds, before any computation.
 
-    A directory that holds a sweep with the same settings is reused: its finished chunks are
-    kept and only what is missing is computed (running the same command twice completes or
-    reuses the first run). One with other settings is refused unless ``overwrite``; with
-    ``resume`` a directory that holds no sweep (missing, empty or foreign) is refused too.
+    A directory that holds a sweep with the same settings and code (``manifest["code"]``, a
+    ``jfl.provenance.code_fingerprint``) is reused: its finished chunks are kept and only what
+    is missing is computed (running the same command twice completes or reuses the first run).
+    One with other settings is refused unless ``overwrite``, one made by other code unless
+    ``overwrite`` or ``reuse_stale``; with ``resume`` a directory that holds no sweep (missing,
+    empty or foreign) is refused too. Returns what changed in the code of a sweep reused with
+    ``reuse_stale`` (the stored manifest keeps the code that computed its chunks).
     """
+    from jfl import provenance
+
     out = Path(out)
     path = out / MANIFEST
     if out.exists() and not out.is_dir():
@@ -350,8 +362,18 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
                 f"corrupt results directory: cannot read {path} ({err}); pass --overwrite to "
                 "start again"
             ) from None
-        _refuse_other_settings(out, old, manifest)
-        return
+        settings = {k: v for k, v in manifest.items() if k != "code"}
+        _refuse_other_settings(out, {k: v for k, v in old.items() if k != "code"}, settings)
+        changes = []
+        if "code" in manifest:  # a caller that records its code
+            changes = provenance.code_changes(old.get("code"), manifest["code"])
+        if changes and not reuse_stale:
+            raise ValueError(
+                f"--out {out} holds results computed by other code ({'; '.join(changes)}); "
+                "--overwrite recomputes them, --reuse-stale keeps them knowingly (recorded in "
+                "metadata.json)"
+            )
+        return changes
     if resume and not path.exists():
         raise ValueError(_nothing_to_resume(out))
     if (out / CHUNK_DIR).exists() and not path.exists() and not overwrite:
@@ -361,6 +383,7 @@ def prepare_out_dir(out: Path, manifest: Mapping, resume: bool, overwrite: bool)
     shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return []
 
 
 # --------------------------------------------------------------------------- execution
@@ -430,7 +453,11 @@ def run_chunked(
     todo = [i for i in range(len(chunks.bounds)) if i not in results and layout.owns(i)]
     if progress is not None and results:
         progress.update(sum(chunks.count(i) for i in results))
+    if store is not None:
+        store.reused += len(results)
     results.update(_pipeline(chunks, todo, progress))
+    if store is not None:
+        store.computed += len(todo)
     if layout.count > 1:
         barrier(f"jfl-{label}-chunks", layout)
         results.update(chunks.others(results))
@@ -754,39 +781,3 @@ def per_run_chunks(configs: pd.DataFrame, selection_size: int | str, chunk_size:
         bounds = chunk_bounds(group.stop - group.start, size, jax.local_device_count())
         for index, (start, stop) in enumerate(bounds):
             yield group.label, index, group.start + start, group.start + stop
-
-
-def run_metadata(settings: Mapping, wall_seconds: float | None = None) -> dict:
-    """Everything needed to reproduce a run: settings, versions, commit, devices."""
-    import platform
-    import subprocess
-    import sys
-    from importlib import metadata as importlib_metadata
-
-    versions = {}
-    for package in ("jfl", "jax", "jaxlib", "numpy", "scipy", "xarray", "pandas", "flax"):
-        try:
-            versions[package] = importlib_metadata.version(package)
-        except importlib_metadata.PackageNotFoundError:
-            versions[package] = None
-    try:
-        root = Path(__file__).resolve().parent
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    return {
-        "config": dict(settings),
-        "versions": versions,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "git_commit": commit or None,
-        "git_dirty": bool(dirty),
-        "devices": [str(d) for d in jax.devices()],
-        "backend": jax.default_backend(),
-        "wall_seconds": wall_seconds,
-    }

@@ -124,6 +124,7 @@ def test_parse_errors_are_one_line_naming_the_flag(argv, expected, capsys, tmp_p
         (["--p-available", "1.5"], "--p-available must be in [0, 1], got 1.5"),
         (["--beta", "1.5"], "--beta must be in [0, 1], got [1.5]"),
         (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),
+        (["--reuse-stale", "--overwrite"], "--reuse-stale and --overwrite exclude each other"),
     ],
 )
 def test_check_errors_are_one_line(argv, message, capsys, tmp_path):

@@ -140,11 +140,15 @@ def _assert_same(a: driver.Result, b: driver.Result) -> None:
 
 
 def test_same_settings_reuse_the_directory(first):
-    """A second identical run computes nothing (chunk files untouched): the same summary."""
+    """A second identical run computes nothing (chunk files untouched): the same summary, and
+    its closing line says so."""
     before = _chunks(first.out)
     csv = (first.out / "summary.csv").read_bytes()
     again = driver.run(first.config)
     assert _chunks(first.out) == before
+    assert (first.chunks_computed, first.chunks_reused) == (2, 0)
+    assert (again.chunks_computed, again.chunks_reused) == (0, 2)
+    assert again.describe().endswith("(0 chunks computed, 2 reused)")
     _assert_same(first, again)
     assert (first.out / "summary.csv").read_bytes() == csv
 
@@ -160,6 +164,86 @@ def test_other_settings_are_refused_unless_overwrite(first, tmp_path):
     replaced = driver.run(dataclasses.replace(other, overwrite=True))
     assert list(replaced.summary["target"]) == [0.3]
     assert len(_chunks(out)) == 1
+
+
+POLICY_SOURCE = """
+from jfl.policies import random
+
+
+def build(num_clients, size):
+    return random(num_clients, size){edit}
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class MineFairness(RandomFairness):
+    """RandomFairness with the policy ``mine`` (registered by the test, from a file)."""
+
+    def plan(self) -> Plan:
+        plan = super().plan()
+        return dataclasses.replace(plan, configs=plan.configs.assign(policy="mine"))
+
+
+def _register_mine(folder, monkeypatch, edit=""):
+    """Write, import and register the policy ``mine`` from ``folder/mine_policy.py``."""
+    import importlib
+    import sys
+
+    from jfl.policies import REGISTRY, PolicySpec
+
+    (folder / "mine_policy.py").write_text(POLICY_SOURCE.format(edit=edit))
+    monkeypatch.syspath_prepend(str(folder))
+    sys.modules.pop("mine_policy", None)
+    importlib.invalidate_caches()
+    module = importlib.import_module("mine_policy")
+    monkeypatch.setitem(REGISTRY, "mine", PolicySpec("mine", module.build))
+
+
+def test_results_of_edited_code_are_refused_unless_reuse_stale_or_overwrite(tmp_path, monkeypatch):
+    """An edited custom policy: the same command refuses the stored chunks, naming the policy
+    and the two ways out; --reuse-stale keeps them and says so in metadata.json; --overwrite
+    recomputes them. A manifest without a fingerprint (an older jfl) is refused alike."""
+    import json
+
+    out = tmp_path / "run"
+    config = MineFairness(out=str(out), chunk_size="1", quiet=True, plots=False)
+    _register_mine(tmp_path, monkeypatch)
+    first = driver.run(config)
+    assert (first.chunks_computed, first.chunks_reused) == (2, 0)
+    code = json.loads((out / "manifest.json").read_text())["code"]
+    assert code["external"]["policy mine"]["name"] == "mine_policy.build"
+    assert set(code["external"]) == {"experiment", "policy mine"}  # the rest is jfl's own
+    chunks = _chunks(out)
+
+    _register_mine(tmp_path, monkeypatch, edit="  # edited")
+    with pytest.raises(ValueError) as refused:
+        driver.run(config)
+    line = str(refused.value)
+    assert "\n" not in line and f"--out {out} holds results computed by other code" in line
+    assert "the source of policy mine (mine_policy.build) changed" in line
+    assert "--overwrite" in line and "--reuse-stale" in line
+    assert _chunks(out) == chunks
+
+    stale = driver.run(dataclasses.replace(config, reuse_stale=True))
+    assert (stale.chunks_computed, stale.chunks_reused) == (0, 2)
+    _assert_same(first, stale)
+    recorded = json.loads((out / "metadata.json").read_text())["reused_stale"]
+    assert recorded == {
+        "changes": ["the source of policy mine (mine_policy.build) changed"],
+        "chunks_reused": 2,
+    }
+    with pytest.raises(ValueError, match="other code"):  # the manifest keeps the old code
+        driver.run(config)
+
+    fresh = driver.run(dataclasses.replace(config, overwrite=True))
+    assert (fresh.chunks_computed, fresh.chunks_reused) == (2, 0)
+    assert driver.run(config).chunks_reused == 2  # the new code's chunks are reused
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["code"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="records no code fingerprint"):
+        driver.run(config)
 
 
 def test_interrupted_sweep_completes_bit_identically(
