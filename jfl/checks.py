@@ -9,7 +9,7 @@ lines', the environments' parameters, the policies' hyperparameters (``HParam``)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -83,3 +83,36 @@ def distinct(name: str, values: Sequence) -> None:
     """No value twice."""
     if len(set(values)) != len(values):
         raise ValueError(f"{name}: duplicate values in {list(values)}")
+
+
+def grid_point(name: str, items: Sequence[str], axes: Mapping[str, Sequence[float]]):
+    """``AXIS=VALUE`` items (each may join several with commas) → ``{axis: value}``, every axis
+    one of ``axes`` and every value one of that axis's values (to float rounding: ``0:0.3:7``'s
+    0.15 is 0.15000000000000002), returned as the grid holds it."""
+    point: dict[str, float] = {}
+    for text in items:
+        for item in (v.strip() for v in str(text).split(",")):
+            if not item:
+                continue
+            axis, sep, value = (part.strip() for part in item.partition("="))
+            if not sep or not axis or not value:
+                raise ValueError(f"{name}: expected AXIS=VALUE (e.g. beta=0.2), got {item!r}")
+            if not axes:
+                raise ValueError(f"{name}: these figures draw every configuration, no slice")
+            if axis not in axes:
+                raise ValueError(f"{name}: unknown axis {axis!r}; choose from {', '.join(axes)}")
+            if axis in point:
+                raise ValueError(f"{name}: axis {axis!r} given twice")
+            try:
+                number = float(value)
+            except ValueError:
+                raise ValueError(f"{name}: {axis}={value!r} is not a number") from None
+            grid = np.asarray(axes[axis], float)
+            match = np.flatnonzero(np.isclose(grid, number, rtol=1e-9, atol=1e-12))
+            if not len(match):
+                values = ", ".join(f"{v:g}" for v in grid)
+                raise ValueError(
+                    f"{name}: {axis}={number:g} is not in the grid; {axis} is one of {values}"
+                )
+            point[axis] = float(grid[match[0]])
+    return point
