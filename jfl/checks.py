@@ -21,12 +21,21 @@ def describe_range(low, high, low_open: bool = False, high_open: bool = False) -
     return f"{left}{low:g}, {high:g}{right}"
 
 
+# The largest integer a flag may take: counters, shapes and seeds are int32 on the device.
+INT32_MAX = 2**31 - 1
+
+
 def integer(name: str, value, low: int = 1, high: int | None = None, high_name: str = "") -> int:
-    """An integer ≥ ``low`` (and ≤ ``high``: ``high_name`` names where that bound comes from)."""
+    """An integer ≥ ``low`` (and ≤ ``high``: ``high_name`` names where that bound comes from;
+    never above ``INT32_MAX``, where the device's counters would overflow)."""
     ok = isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer())
     ok = ok and not isinstance(value, bool)
-    if ok and value >= low and (high is None or value <= high):
+    if ok and value >= low and (high is None or value <= high) and value <= INT32_MAX:
         return int(value)
+    if ok and value > INT32_MAX and (high is None or high > INT32_MAX):
+        raise ValueError(
+            f"{name} must be at most {INT32_MAX} (the device counts in int32), got {value}"
+        )
     if high is None:
         raise ValueError(f"{name} must be an integer >= {low}, got {value}")
     bound = f"{high_name}={high}" if high_name else f"{high}"

@@ -26,7 +26,11 @@ from typing import Annotated
 
 import tyro
 
+from jfl import sweep
 from jfl.sweep import list_items, parse_values
+
+# Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 
 _BOX = re.compile(r"[╭╮╰╯│─]+")
 
@@ -168,15 +172,54 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
     prog = prog or Path(sys.argv[0]).name
     config = parse(config_type, argv, prog)
     try:
-        result = driver.run(config)
+        with _stop_on_interrupt():
+            result = driver.run(config)
     except ValueError as err:  # bad settings, or a corrupt stored chunk found while resuming
         fail(prog, str(err))
+    except KeyboardInterrupt:  # every finished chunk is on disk: say so, and how to go on
+        kept = sweep.ChunkStore(config.out).finished()
+        chunks = "1 chunk" if kept == 1 else f"{kept} chunks"
+        print(
+            f"{prog}: interrupted: {chunks} kept in {config.out}; run the same command to continue",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     print(result.describe())
     if result.process == 0:
         print(
             format_table(result.summary, config.summary_columns, where=result.out / "summary.csv")
         )
     return 0
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt():
+    """Ctrl-C raises KeyboardInterrupt and also sets ``jfl.sweep.STOP``, which stops the sweep
+    at its next chunk where the exception itself was swallowed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        sweep.STOP.set()
+        raise KeyboardInterrupt
+
+    def unraisable(report):  # the swallowed one: no "Exception ignored" traceback
+        if not isinstance(report.exc_value, KeyboardInterrupt):
+            previous_hook(report)
+
+    sweep.STOP.clear()
+    previous, previous_hook = signal.signal(signal.SIGINT, interrupt), sys.unraisablehook
+    sys.unraisablehook = unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
+        sweep.STOP.clear()
 
 
 def format_table(summary, columns, max_rows: int = 20, where: Path | str | None = None) -> str:

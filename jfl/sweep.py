@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,11 @@ from jfl.policies import get as get_policy
 
 MANIFEST = "manifest.json"
 CHUNK_DIR = "chunks"
+
+# Set to stop a running sweep at its next chunk boundary (KeyboardInterrupt there, after the
+# finished chunks are written): what the command line's Ctrl-C handler does, in case the
+# KeyboardInterrupt it also raises lands where Python ignores it (a garbage-collector callback).
+STOP = threading.Event()
 _RANGE = re.compile(r"^\s*([^:]+):([^:]+):([^:]+)\s*$")
 
 
@@ -164,6 +170,48 @@ def device_memory_budget(fraction: float = 0.5) -> int | None:
     return int(fraction * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
 
 
+def free_memory() -> int | None:
+    """Bytes free on this process's first device: an accelerator's own memory, the host's
+    available memory for the CPU (Linux's MemAvailable); None where neither is known."""
+    device = jax.local_devices()[0]
+    stats = device.memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_chunk_fits(chunk: int, num_seeds: int, per_run_bytes: int, auto: bool) -> None:
+    """ValueError, with the figure and the way out, when the chunks in flight (``chunk``
+    configurations × ``num_seeds`` runs each) cannot fit the device's free memory."""
+    need = IN_FLIGHT * chunk * num_seeds * per_run_bytes
+    free = free_memory()
+    if free is None or need <= free:
+        return
+    ways = ["fewer --seeds or --rounds"]
+    if chunk > 1:
+        ways.insert(0, "a smaller --memory-budget" if auto else "a smaller --chunk-size")
+    raise ValueError(
+        f"--seeds {num_seeds}: {IN_FLIGHT} chunks in flight of {chunk} configuration(s) × "
+        f"{num_seeds} seeds need about {_bytes(need)} ({_bytes(per_run_bytes)} a run), more than "
+        f"the {_bytes(free)} free on {jax.local_devices()[0].platform.upper()}; "
+        f"use {' or '.join(ways)}"
+    )
+
+
+def _bytes(count: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.3g} {unit}"
+        count /= 1000
+    return f"{count:.3g} TB"
+
+
 def chunk_bounds(num_configs: int, max_size: int, devices: int = 1) -> list[tuple[int, int]]:
     """``(start, stop)`` of each chunk: as few chunks as ``max_size`` allows, of equal size
     (``ceil(C / ceil(C / max))`` configurations, a multiple of ``devices``), the last one shorter.
@@ -221,6 +269,10 @@ class ChunkStore:
         ``load`` will name)."""
         folder = self.root / CHUNK_DIR / label
         return folder.is_dir() and any(folder.iterdir())
+
+    def finished(self) -> int:
+        """How many finished chunks the store holds, of every group."""
+        return sum(1 for _ in (self.root / CHUNK_DIR).glob("*/chunk_*.npz"))
 
     def per_run_path(self, label: str, index: int) -> Path:
         """The directory of chunk ``index``'s per-run values."""
@@ -285,6 +337,7 @@ def check_out_dir(out: Path, settings: Mapping, overwrite: bool, resume: bool = 
     """Refuse early a directory whose sweep has other ``settings`` (the keys given), unless
     ``overwrite``, and with ``resume`` one that holds no sweep; :func:`prepare_out_dir` does the
     full check once the chunk size is known."""
+    check_writable(Path(out))
     path = Path(out) / MANIFEST
     if resume and not overwrite and not path.exists():
         raise ValueError(_nothing_to_resume(Path(out)))
@@ -296,6 +349,22 @@ def check_out_dir(out: Path, settings: Mapping, overwrite: bool, resume: bool = 
         return  # prepare_out_dir names the problem
     settings = json.loads(json.dumps(settings, default=str))
     _refuse_other_settings(out, {k: old.get(k) for k in settings}, settings)
+
+
+def check_writable(out: Path) -> None:
+    """ValueError unless ``out`` is a directory this process can write in, or can be created
+    as one: probed with a temporary folder in ``out`` or its nearest existing parent."""
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out {out}: {existing} is a file, not a directory")
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".jfl-probe-").cleanup()
+    except OSError as err:
+        raise ValueError(
+            f"--out {out}: cannot create folders in {existing} ({err.strerror})"
+        ) from None
 
 
 def stored_chunk_size(out: Path, settings: Mapping) -> int | None:
@@ -576,6 +645,8 @@ def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
             if pending is not None:
                 finish(*pending)
             pending = dispatched
+            if STOP.is_set():
+                raise KeyboardInterrupt
         if pending is not None:
             finish(*pending)
     finally:

@@ -28,6 +28,30 @@ CELL_TIMEOUT_S = 600
 # --------------------------------------------------------------------------- command lines
 
 
+_COMPILED = {"count": 0, "listening": False}
+
+
+def _count_compilation(event: str, duration: float, **_) -> None:
+    if event in (
+        "/jax/core/compile/backend_compile_duration",
+        "/jax/compilation_cache/compile_time_saved_sec",
+    ):
+        _COMPILED["count"] += 1
+
+
+@contextlib.contextmanager
+def no_compilation():
+    """Assert that nothing is compiled by XLA inside the block (JAX's compile-time events)."""
+    from jax import monitoring
+
+    if not _COMPILED["listening"]:
+        monitoring.register_event_duration_secs_listener(_count_compilation)
+        _COMPILED["listening"] = True
+    before = _COMPILED["count"]
+    yield
+    assert _COMPILED["count"] == before, "an XLA program was compiled"
+
+
 def cli_fails(config_type, argv, capsys, tmp_path=None, prog="prog") -> str:
     """Run ``jfl.cli.main`` expecting exit 2 with exactly one stderr line (``<prog>: error: …``)
     and nothing on stdout; with ``tmp_path``, ``--out tmp_path/out`` is added and must not be
@@ -36,7 +60,7 @@ def cli_fails(config_type, argv, capsys, tmp_path=None, prog="prog") -> str:
 
     if tmp_path is not None:
         argv = [*argv, "--out", str(tmp_path / "out")]
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(SystemExit) as exc, no_compilation():
         cli.main(config_type, argv, prog=prog)
     captured = capsys.readouterr()
     assert exc.value.code == 2

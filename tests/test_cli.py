@@ -131,6 +131,59 @@ def test_check_errors_are_one_line(argv, message, capsys, tmp_path):
     assert cli_fails(VBetaGrid, argv, capsys, tmp_path) == f"prog: error: {message}"
 
 
+def test_an_out_that_cannot_be_written_is_one_line(capsys, tmp_path):
+    (tmp_path / "file.txt").write_text("not a folder")
+    line = cli_fails(VBetaGrid, ["--out", str(tmp_path / "file.txt" / "sub")], capsys)
+    file = tmp_path / "file.txt"
+    assert line == f"prog: error: --out {file}/sub: {file} is a file, not a directory"
+    assert cli_fails(VBetaGrid, ["--out", "/proc/jfl"], capsys).startswith(
+        "prog: error: --out /proc/jfl: cannot create folders in /proc ("
+    )
+    assert not any(p.name.startswith(".jfl-probe") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        # an int32 counter or shape would overflow
+        (["--rounds", "99999999999"], "--rounds must be at most 2147483647 (the device counts "),
+        (["--seeds", "2147483648"], "--seeds must be at most 2147483647"),
+        # fits int32, not memory: the figure and the way out, before compiling
+        (
+            ["--seeds", "100000000"],
+            "--seeds 100000000: 2 chunks in flight of 1 configuration(s) × ",
+        ),
+        (
+            ["--seeds", "10000000", "--chunk-size", "4"],
+            "use a smaller --chunk-size or fewer --seeds",
+        ),
+    ],
+)
+def test_sizes_beyond_the_device_are_one_line(argv, message, capsys, tmp_path):
+    line = cli_fails(VBetaGrid, [*argv, "--no-plots"], capsys, tmp_path)
+    assert message in line
+
+
+def test_ctrl_c_is_one_line_exit_130_and_keeps_the_chunks(capsys, tmp_path, monkeypatch):
+    """An interrupt inside the sweep: one line saying what is kept and how to go on."""
+    from jfl import driver
+
+    (tmp_path / "out" / "chunks" / "random").mkdir(parents=True)
+    (tmp_path / "out" / "chunks" / "random" / "chunk_000000.npz").write_bytes(b"")
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "run", interrupted)
+    out = tmp_path / "out"
+    assert cli.main(VBetaGrid, ["--out", str(out)], prog="prog") == 130
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"prog: interrupted: 1 chunk kept in {out}; run the same command to continue\n"
+    )
+    assert captured.out == ""
+
+
 def test_a_mistyped_flag_gets_the_nearest_one(capsys):
     line = cli_fails(VBetaGrid, ["--sedes", "3"], capsys)
     assert "--sedes" in line and line.endswith("; did you mean --seeds?"), line

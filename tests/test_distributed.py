@@ -233,3 +233,29 @@ def test_a_killed_sweep_resumes_to_the_same_result(single, tmp_path):
     finish(launch(out, ["--chunk-size", "1", "--resume"], processes=2))
     assert chunk.stat().st_mtime_ns == stored  # not computed again
     same_outputs(single, out)
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_resumes_bit_identically(single, tmp_path):
+    """SIGINT once the first chunk is stored: one line on stderr, exit 130, the chunk kept; the
+    same command completes the sweep (the stored chunk reused) into the one-process files."""
+    out = tmp_path / "out"
+    (proc,) = launch(out, ["--chunk-size", "1"])
+    chunk = out / "chunks" / "rbcsf" / "chunk_000000.npz"
+    deadline = time.monotonic() + TIMEOUT
+    while not chunk.exists() and time.monotonic() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 130, stderr[-3000:]
+    kept = len(list((out / "chunks").rglob("chunk_*.npz")))
+    chunks = "1 chunk" if kept == 1 else f"{kept} chunks"
+    line = f"v_beta_grid.py: interrupted: {chunks} kept in {out}; run the same command to continue"
+    assert stderr.splitlines()[-1] == line and "Traceback" not in stderr
+    assert stdout == "" and 1 <= kept < 3
+    stored = chunk.stat().st_mtime_ns
+    (again,) = finish(launch(out, ["--chunk-size", "1"]))
+    computed = "1 chunk" if kept == 2 else "2 chunks"
+    assert f"({computed} computed, {kept} reused)" in again
+    assert chunk.stat().st_mtime_ns == stored
+    same_outputs(single, out)
