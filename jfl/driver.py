@@ -228,8 +228,9 @@ class Result:
             )
         return (
             f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
-            f"{self.wall_seconds:.1f} s → {self.out} ({self.chunks_computed} chunks computed, "
-            f"{self.chunks_reused} reused)"
+            f"{self.wall_seconds:.1f} s → {self.out} ({self.chunks_computed} "
+            f"chunk{'' if self.chunks_computed == 1 else 's'} computed, {self.chunks_reused} "
+            "reused)"
         )
 
 
@@ -330,6 +331,8 @@ def run(config: Experiment) -> Result:
     code = provenance.code_fingerprint(_code_objects(config, plan))
     stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
     size = chunk_size(config, plan, stored)
+    auto = config.chunk_size == "auto"
+    sweep.check_chunk_fits(min(size, len(plan.configs)), config.seeds, plan.per_run_bytes, auto)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
     # sweep bit-identical to an uninterrupted one. "devices" is per process (a chunk's devices).
     manifest = {
