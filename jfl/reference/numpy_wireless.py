@@ -22,7 +22,9 @@ uniform speed.
 Policies, each fed a full reward matrix ``r[T, K]`` (the reward every client *would* earn; only
 the selected clients' entries are used) and availability ``a[T, K]`` (bool), returning the
 selections ``bool[T, K]``. The round counter t of the paper is 1-based. Each round selects the
-``min(N, |A(t)|)`` available clients with the largest score, ties to the lower client index:
+``min(N, |A(t)|)`` available clients with the largest score, ties to the lower ``priority`` (a
+permutation of the clients: jfl's policies draw one at random per run, and a test passes the
+policy's own; by default the client index):
 
 * ``cs_ucb_numpy`` (Alg. 1): the first κ = ⌈K/N⌉ selections are given (they are random in jfl),
   then eq. (18): ``y_k + sqrt((N + 1) ln t / z_k)``.
@@ -30,7 +32,7 @@ selections ``bool[T, K]``. The round counter t of the paper is 1-based. Each rou
 * ``cs_ucb_q_numpy`` (Alg. 2): ``(1 − β) ŷ_k + β D_k`` with ``ŷ_k = min(y_k + sqrt(2 ln t/z_k), 1)``
   (eq. 26), and ``D_k(t) = max(D_k(t−1) + c_k − b_k(t−1), 0)``, ``D(1) = 0`` (eq. 27).
 * ``round_robin_numpy``: cycle positions ``tN … tN + N − 1 (mod K)`` of a fixed ``order``,
-  unavailable clients skipped and replaced by the next ones in the cycle.
+  unavailable clients skipped and replaced by the next ones in the cycle (no scores, no ties).
 
 Here ``y_k`` is the sample mean of client k's observed rewards and ``z_k`` its play count (eqs.
 16–17); a client never played has an infinite UCB index (``ŷ = 1`` in CS-UCB-Q). The UCB policies
@@ -213,12 +215,14 @@ def draw_distance_numpy(
 # --------------------------------------------------------------------------------------------
 
 
-def top_available(scores, available, count: int) -> np.ndarray:
-    """Mask of the ``count`` largest ``scores`` among ``available``; ties to the lower index."""
+def top_available(scores, available, count: int, priority=None) -> np.ndarray:
+    """Mask of the ``count`` largest ``scores`` among ``available``; ties to the lower
+    ``priority`` (a permutation of the clients; by default the client index)."""
     scores = np.asarray(scores, float)
     available = np.asarray(available, bool)
     index = np.flatnonzero(available)
-    order = index[np.lexsort((index, -scores[index]))]
+    tie = index if priority is None else np.asarray(priority)[index]
+    order = index[np.lexsort((tie, -scores[index]))]
     mask = np.zeros(scores.shape[0], bool)
     mask[order[:count]] = True
     return mask
@@ -234,7 +238,7 @@ def _ucb_index(reward_sum, count, t: int, scale: float) -> np.ndarray:
     return index
 
 
-def _ucb_loop(rewards, available, N, played, return_scores, given, scale):
+def _ucb_loop(rewards, available, N, played, return_scores, given, scale, priority):
     """Shared loop of CS-UCB and modified CS-UCB: ``given[t]`` (a mask or None) overrides."""
     rewards = np.asarray(rewards, float)
     available = np.asarray(available, bool)
@@ -251,7 +255,7 @@ def _ucb_loop(rewards, available, N, played, return_scores, given, scale):
         else:
             scores[row] = _ucb_index(reward_sum, count, t, scale)
             k = min(N, int(available[row].sum()))
-            choice = top_available(scores[row], available[row], k)
+            choice = top_available(scores[row], available[row], k, priority)
         selected[row] = choice
         b = choice if played is None else np.asarray(played[row], bool)
         reward_sum[b] += rewards[row, b]
@@ -259,10 +263,20 @@ def _ucb_loop(rewards, available, N, played, return_scores, given, scale):
     return (selected, scores) if return_scores else selected
 
 
-def cs_ucb_numpy(rewards, available, N: int, init_selections, *, played=None, return_scores=False):
+def cs_ucb_numpy(
+    rewards,
+    available,
+    N: int,
+    init_selections,
+    *,
+    priority=None,
+    played=None,
+    return_scores=False,
+):
     """CS-UCB (Alg. 1): the given initial selections for κ = ⌈K/N⌉ rounds, then eq. (18).
 
-    ``init_selections`` holds (at least) the first ``min(κ, T)`` rounds' selections.
+    ``init_selections`` holds (at least) the first ``min(κ, T)`` rounds' selections; ties after
+    them go to the lower ``priority``.
     """
     num_clients = np.shape(rewards)[1]
     kappa = math.ceil(num_clients / N)
@@ -271,12 +285,17 @@ def cs_ucb_numpy(rewards, available, N: int, init_selections, *, played=None, re
     def given(row):
         return init_selections[row] if row < kappa else None
 
-    return _ucb_loop(rewards, available, N, played, return_scores, given, N + 1.0)
+    return _ucb_loop(rewards, available, N, played, return_scores, given, N + 1.0, priority)
 
 
-def modified_cs_ucb_numpy(rewards, available, N: int, *, played=None, return_scores=False):
-    """CS-UCB over the available clients from round 1 (eq. 18), unplayed clients first."""
-    return _ucb_loop(rewards, available, N, played, return_scores, lambda row: None, N + 1.0)
+def modified_cs_ucb_numpy(
+    rewards, available, N: int, *, priority=None, played=None, return_scores=False
+):
+    """CS-UCB over the available clients from round 1 (eq. 18), unplayed clients first (among
+    them, and in every other tie, the lower ``priority``)."""
+    return _ucb_loop(
+        rewards, available, N, played, return_scores, lambda row: None, N + 1.0, priority
+    )
 
 
 def _cs_ucb_q_scores(reward_sum, count, queue, t: int, beta: float) -> np.ndarray:
@@ -289,8 +308,19 @@ def _cs_ucb_q_scores(reward_sum, count, queue, t: int, beta: float) -> np.ndarra
     return (1.0 - beta) * y_hat + beta * queue
 
 
-def cs_ucb_q_numpy(rewards, available, N: int, c, beta: float, *, played=None, return_scores=False):
-    """CS-UCB-Q (Alg. 2), eqs. (26)–(28) literally; ``c`` a scalar or one rate per client."""
+def cs_ucb_q_numpy(
+    rewards,
+    available,
+    N: int,
+    c,
+    beta: float,
+    *,
+    priority=None,
+    played=None,
+    return_scores=False,
+):
+    """CS-UCB-Q (Alg. 2), eqs. (26)–(28) literally; ``c`` a scalar or one rate per client; ties
+    (all of the first rounds', where every ŷ is 1 and every D equal) to the lower ``priority``."""
     rewards = np.asarray(rewards, float)
     available = np.asarray(available, bool)
     num_rounds, num_clients = rewards.shape
@@ -304,7 +334,7 @@ def cs_ucb_q_numpy(rewards, available, N: int, c, beta: float, *, played=None, r
         row = t - 1
         scores[row] = _cs_ucb_q_scores(reward_sum, count, queue, t, beta)
         k = min(N, int(available[row].sum()))
-        selected[row] = top_available(scores[row], available[row], k)
+        selected[row] = top_available(scores[row], available[row], k, priority)
         b = selected[row] if played is None else np.asarray(played[row], bool)
         reward_sum[b] += rewards[row, b]
         count[b] += 1
@@ -346,6 +376,7 @@ class WirelessTrace(NamedTuple):
     round_time: np.ndarray  # f[T]  max τ_k over the selected clients, 0 if none
     num_failed: np.ndarray  # i[T]  selected clients with τ_k = τ_max
     distance: np.ndarray  # f[K]
+    priority: np.ndarray  # i[K]  the order breaking ties (lower wins)
 
 
 def wireless_numpy_loop(
@@ -358,18 +389,22 @@ def wireless_numpy_loop(
     availability,
     tau_max: float,
     distance=None,
+    priority=None,
 ) -> WirelessTrace:
     """One seed of CS-UCB-Q on the wireless environment, one round at a time.
 
     The plain per-seed loop a benchmark times against jfl: its own ``np.random.default_rng(seed)``,
-    distances drawn over the annulus [10 m, 500 m] unless given, then per round (vectorised over
-    clients) availability ~ Bernoulli(α_k), the selection of eq. (28), every client's time from
-    fresh fading and speed draws, and the updates of y, z (eqs. 16–17) and D (eq. 27).
+    distances drawn over the annulus [10 m, 500 m] unless given, the order breaking ties (a
+    random permutation of the clients unless given), then per round (vectorised over clients)
+    availability ~ Bernoulli(α_k), the selection of eq. (28), every client's time from fresh
+    fading and speed draws, and the updates of y, z (eqs. 16–17) and D (eq. 27).
     """
     rng = np.random.default_rng(seed)
     if distance is None:
         distance = draw_distance_numpy(rng, K)
     distance = np.broadcast_to(np.asarray(distance, float), (K,)).copy()
+    if priority is None:
+        priority = rng.permutation(K)
     c = np.broadcast_to(np.asarray(c, float), (K,))
     availability = np.broadcast_to(np.asarray(availability, float), (K,))
     phi_low, phi_high = paper_speed_bounds(K)
@@ -390,7 +425,7 @@ def wireless_numpy_loop(
         draws = rng.random((4, K))
         available = draws[3] < availability
         scores = _cs_ucb_q_scores(reward_sum, count, queue, t, beta)
-        b = top_available(scores, available, min(N, int(available.sum())))
+        b = top_available(scores, available, min(N, int(available.sum())), priority)
 
         time, failed = client_times_numpy(draws[:3], distance, phi_low, phi_high, tau_max)
         reward = 1.0 - time / tau_max
@@ -416,4 +451,5 @@ def wireless_numpy_loop(
         round_time=out_round_time,
         num_failed=out_failed,
         distance=distance,
+        priority=np.asarray(priority),
     )

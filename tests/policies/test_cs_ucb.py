@@ -6,6 +6,8 @@ float32) and an availability matrix a[T, K]; the feedback of round t carries
 ``reward = where(selected, r[t], 0)``. The reference (float64) recomputes every round's selection
 from the state that jfl's own selections produced (teacher forcing, ``played=``), so a float
 near-tie, where the two precisions may rank differently, cannot make the trajectories drift apart.
+Exact ties go by the random order each jfl run draws in ``init`` (its state's ``priority``), which
+the reference is given.
 """
 
 from __future__ import annotations
@@ -169,25 +171,27 @@ def test_ucb_policies_match_numpy_reference(num_clients, m):
     """CS-UCB (after jfl's initial rounds), modified CS-UCB and CS-UCB-Q select exactly what the
     float64 reference selects from the same state, round by round, on 6 instances (availability
     1 … 0.1, continuous and one-decimal rewards, rounds with nobody available), apart from float
-    near-ties, which must be fewer than 1% of the rounds."""
+    near-ties, which must be fewer than 1% of the rounds. Exact ties (one-decimal rewards,
+    never-played clients, CS-UCB-Q's truncated indices) follow the order jfl's run drew."""
     runs = shape_runs(num_clients, m)
     kappa = initial_rounds(num_clients, m)
     events, rounds = 0, 0
     for name in UCB_POLICIES:
-        rewards, available, q_hparams, ours, _ = runs[name]
+        rewards, available, q_hparams, ours, state0 = runs[name]
         check_sizes(ours, available, m)
         for i in range(len(INSTANCES)):
             r, a, played = rewards[i], available[i], ours[i]
+            priority = state0.priority[i]
+            np.testing.assert_array_equal(np.sort(priority), np.arange(num_clients))
+            forced = {"priority": priority, "played": played, "return_scores": True}
             if name == "cs_ucb":
-                theirs, scores = cs_ucb_numpy(
-                    r, a, m, played[:kappa], played=played, return_scores=True
-                )
+                theirs, scores = cs_ucb_numpy(r, a, m, played[:kappa], **forced)
             elif name == "modified_cs_ucb":
-                theirs, scores = modified_cs_ucb_numpy(r, a, m, played=played, return_scores=True)
+                theirs, scores = modified_cs_ucb_numpy(r, a, m, **forced)
             else:
                 c = q_hparams["fairness"][i].astype(float)
                 beta = float(q_hparams["beta"][i])
-                theirs, scores = cs_ucb_q_numpy(r, a, m, c, beta, played=played, return_scores=True)
+                theirs, scores = cs_ucb_q_numpy(r, a, m, c, beta, **forced)
             events += near_tie_mismatches(played, theirs, scores, a, m)
             rounds += NUM_ROUNDS
     assert events <= 0.01 * rounds, (events, rounds)
@@ -216,7 +220,8 @@ def test_random_policy_sizes():
 def test_reference_without_teacher_forcing():
     """The reference loops run on their own choices by default: with full availability and
     distinct rewards, modified CS-UCB's first round takes clients 0..N-1 (infinite indices, lower
-    index first) and CS-UCB-Q with β = 1, c = 0 keeps ranking by index (all queues 0)."""
+    index first) and CS-UCB-Q with β = 1, c = 0 keeps ranking by index (all queues 0); given a
+    ``priority``, the same ties go to the lower priority instead."""
     rng = np.random.default_rng(5)
     r = rng.random((30, 6))
     a = np.ones((30, 6), bool)
@@ -228,16 +233,27 @@ def test_reference_without_teacher_forcing():
     np.testing.assert_array_equal(
         q, np.broadcast_to([True, True, False, False, False, False], q.shape)
     )
+    priority = np.array([3, 5, 0, 4, 1, 2])  # clients by priority: 2, 4, 5, 0, 3, 1
+    selected = modified_cs_ucb_numpy(r, a, 2, priority=priority)
+    np.testing.assert_array_equal(np.flatnonzero(selected[0]), [2, 4])
+    np.testing.assert_array_equal(np.flatnonzero(selected[1]), [0, 5])
+    q = cs_ucb_q_numpy(r, a, 2, 0.0, 1.0, priority=priority)
+    np.testing.assert_array_equal(
+        q, np.broadcast_to([False, False, True, False, True, False], q.shape)
+    )
 
 
 def test_wireless_numpy_loop_is_consistent():
     """wireless_numpy_loop (fairness setting, 600 rounds): its selections are cs_ucb_q_numpy's on
     its own rewards and availability; set reward, round time, failures and queues follow from
-    them; availability frequency within 5 binomial SE of α; drawn distances lie in [10, 500]."""
+    them (ties by the loop's own random order); availability frequency within 5 binomial SE of
+    α; drawn distances lie in [10, 500]."""
     c, beta, alpha, tau_max = (0.6, 0.5, 0.4), 0.1, 0.9, 0.2
     trace = wireless_numpy_loop(3, 600, 3, 2, beta, c, alpha, tau_max, distance=300.0)
+    np.testing.assert_array_equal(np.sort(trace.priority), np.arange(3))
     np.testing.assert_array_equal(
-        trace.selected, cs_ucb_q_numpy(trace.reward, trace.available, 2, c, beta)
+        trace.selected,
+        cs_ucb_q_numpy(trace.reward, trace.available, 2, c, beta, priority=trace.priority),
     )
     check_sizes(trace.selected, trace.available, 2)
     b = trace.selected
@@ -262,6 +278,7 @@ def test_wireless_numpy_loop_is_consistent():
     # the same environment as client_times_numpy on the loop's own draws
     rng = np.random.default_rng(4)
     distance = np.sqrt(100.0 + (500.0**2 - 100.0) * rng.random(50))
+    np.testing.assert_array_equal(drawn.priority, rng.permutation(50))  # drawn before the rounds
     draws = rng.random((4, 50))
     low, high = paper_speed_bounds(50)
     first, _ = client_times_numpy(draws[:3], distance, low, high, tau_max=5.0)
@@ -270,8 +287,42 @@ def test_wireless_numpy_loop_is_consistent():
 
 
 # --------------------------------------------------------------------------------------------
-# CS-UCB initial rounds
+# CS-UCB initial rounds, and the first rounds' ties
 # --------------------------------------------------------------------------------------------
+
+FIRST_K, FIRST_N, FIRST_SEEDS = 7, 3, 4000
+
+
+@functools.cache
+def first_rounds():
+    """The first κ = ⌈K/N⌉ = 3 rounds of each UCB policy (K = 7, N = 3, everyone available,
+    every reward 0.5; CS-UCB-Q with β = 1e-5 and c = 0) over 4000 seeds, under one jit:
+    ``{name: bool[S, κ, K]}``. Every client is alike, so a selection that favours none selects
+    each client in each round w.p. N/K; in these rounds modified CS-UCB's and CS-UCB-Q's scores
+    tie (infinite or equal indices, CS-UCB-Q's truncated ŷ all 1 and its queues all 0)."""
+    kappa = initial_rounds(FIRST_K, FIRST_N)
+    obs = Observation(available=jnp.ones(FIRST_K, bool))
+    reward = jnp.full(FIRST_K, 0.5, jnp.float32)
+    hparams = {name: {} for name in UCB_POLICIES}
+    hparams["cs_ucb_q"] = {"beta": jnp.float32(1e-5), "fairness": jnp.float32(0.0)}
+
+    def first(name, key):
+        policy = jfl.policies.get(name).build(FIRST_K, FIRST_N)
+        state = policy.init(key, hparams[name])
+        actions = []
+        for _ in range(kappa):
+            action = policy.select(key, state, obs, hparams[name])
+            feedback = Feedback(reward * action, reward * action, 0.0, 0.0, 0)
+            state = policy.update(state, obs, action, feedback, hparams[name])
+            actions.append(action)
+        return jnp.stack(actions)
+
+    @jax.jit
+    def run(keys):
+        return {name: jax.vmap(functools.partial(first, name))(keys) for name in UCB_POLICIES}
+
+    keys = jax.random.split(jax.random.key(3), FIRST_SEEDS)
+    return {name: np.asarray(sel) for name, sel in run(keys).items()}
 
 
 def test_cs_ucb_initial_rounds():
@@ -279,27 +330,11 @@ def test_cs_ucb_initial_rounds():
     every client played by round κ, the κN − K fill clients of the last round were played before;
     over 4000 seeds each client is in the first group w.p. N/K and each earlier-played client is
     a fill client equally often (binomial counts within 5 standard errors)."""
-    num_clients, m, num_seeds = 7, 3, 4000
+    num_clients, m, num_seeds = FIRST_K, FIRST_N, FIRST_SEEDS
     kappa = initial_rounds(num_clients, m)
     assert kappa == 3
     num_fill = kappa * m - num_clients
-    policy = jfl.policies.get("cs_ucb").build(num_clients, m)
-    obs = Observation(available=jnp.ones(num_clients, bool))
-    reward = jnp.full(num_clients, 0.5, jnp.float32)
-
-    @jax.jit
-    @jax.vmap
-    def initial(key):
-        state = policy.init(key, {})
-        actions = []
-        for _ in range(kappa):
-            action = policy.select(key, state, obs, {})
-            feedback = Feedback(reward * action, reward * action, 0.0, 0.0, 0)
-            state = policy.update(state, obs, action, feedback, {})
-            actions.append(action)
-        return jnp.stack(actions)
-
-    sel = np.asarray(initial(jax.random.split(jax.random.key(3), num_seeds)))  # [S, κ, K]
+    sel = first_rounds()["cs_ucb"]  # [S, κ, K]
     np.testing.assert_array_equal(sel.sum(axis=2), m)
     assert np.all(sel.any(axis=1)), "a client was not played in the initial rounds"
     before_last = sel[:, :-1].any(axis=1)
@@ -318,6 +353,25 @@ def test_cs_ucb_initial_rounds():
     exposure = before_last.sum(axis=0)  # seeds in which the client was eligible
     se = np.sqrt(exposure * p_fill * (1 - p_fill))
     assert np.all(np.abs(fill_count - exposure * p_fill) <= 5 * se), (fill_count, exposure)
+
+
+@pytest.mark.parametrize("name", ["modified_cs_ucb", "cs_ucb_q"])
+def test_first_round_ties_favour_no_client(name):
+    """Where every score ties (modified CS-UCB's never-played clients, CS-UCB-Q's truncated
+    indices all 1 with equal queues), the run's random order decides, not the client index: over
+    4000 seeds each client is selected in each of the first 3 rounds w.p. N/K = 3/7 (binomial
+    counts within 5 standard errors, ±0.04 in frequency), where ties by index would take
+    clients 0–2 every time. CS-UCB-Q, its scores still all equal, repeats round 1's clients."""
+    sel = first_rounds()[name]  # [S, 3, K]
+    np.testing.assert_array_equal(sel.sum(axis=2), FIRST_N)
+    p = FIRST_N / FIRST_K
+    count = sel.sum(axis=0)  # [round, client]
+    se = math.sqrt(FIRST_SEEDS * p * (1 - p))
+    assert np.all(np.abs(count - FIRST_SEEDS * p) <= 5 * se), count
+    if name == "cs_ucb_q":
+        np.testing.assert_array_equal(sel[:, 1:], sel[:, :1].repeat(2, axis=1))
+    else:  # never-played clients first: rounds 1 and 2 are disjoint
+        assert not np.any(sel[:, 0] & sel[:, 1])
 
 
 # --------------------------------------------------------------------------------------------
