@@ -20,6 +20,9 @@ the columns of the fairness queue when it became a tracker that only the RBCS-F 
 experiments keep (``final_queue_*``, ``max_rate_violation``, ``target_met``,
 ``rounds_to_target`` and ``fl_cocs``'s ``queue_rate``: all 0 or 1 at a rate of 0); the other
 columns were cut out of the stored files unchanged, and the runs reproduce them bit for bit.
+``cs_ucb_ideal``, ``cs_ucb_q_fairness``, ``beta_rho_grid`` and ``fl_cs_ucb_q`` were regenerated
+when the CS-UCB family's ties took a per-run random order (issue 27): only the CS-UCB-Q and
+modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit the same.
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the
