@@ -186,9 +186,8 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
         return INTERRUPTED
     print(result.describe())
     if result.process == 0:
-        print(
-            format_table(result.summary, config.summary_columns, where=result.out / "summary.csv")
-        )
+        columns = config.summary_columns or means(result.summary)
+        print(format_table(result.summary, columns, where=result.out / "summary.csv"))
     return 0
 
 
@@ -220,6 +219,12 @@ def _stop_on_interrupt():
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = previous_hook
         sweep.STOP.clear()
+
+
+def means(summary) -> tuple[str, ...]:
+    """The summary's columns without the interval bounds: what an experiment that names no
+    ``summary_columns`` prints."""
+    return tuple(c for c in summary if not c.endswith(("_lo", "_hi")))
 
 
 def format_table(summary, columns, max_rows: int = 20, where: Path | str | None = None) -> str:

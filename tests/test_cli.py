@@ -218,6 +218,14 @@ def test_one_line_of_either_panel_style_keeps_the_whole_message(panel):
     assert cli._one_line(panel) == "value error: Error parsing --V: expected a list, got 'x'"
 
 
+def test_an_experiment_without_summary_columns_prints_the_means():
+    import pandas as pd
+
+    summary = pd.DataFrame({"policy": ["a"], "x": [1.0], "x_lo": [0.5], "x_hi": [1.5]})
+    assert cli.means(summary) == ("policy", "x")
+    assert cli.format_table(summary, cli.means(summary)).splitlines()[0].split() == ["policy", "x"]
+
+
 def test_format_table_keeps_the_known_columns():
     import pandas as pd
 
