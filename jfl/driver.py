@@ -121,6 +121,9 @@ class Experiment:
     # on the host (a regret against another configuration, say) keep them all, as with
     # --per-run-rounds.
     reduces_on_device: ClassVar[bool] = False
+    # The bounds (jfl.stats.Bounds) of the experiment's own metrics (``metrics()``) that have
+    # any, by name: their intervals are clipped to them (the library's metrics declare theirs).
+    metric_bounds: ClassVar[Mapping[str, Any]] = {}
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the flag of the first bad value (subclasses extend)."""
@@ -457,12 +460,14 @@ def _labelled(config: Experiment, plan: Plan, outputs, dims, seeds, keep):
         extra = config.metrics(ds)  # the experiment's own per-run metrics [config, seed]
         ds = ds.assign(extra)
         metrics = [*reduction.run_metric_names(dims), *extra]
-        summary = results.summary_table(ds, metrics, method=config.ci)
+        summary = results.summary_table(ds, metrics, method=config.ci, bounds=config.metric_bounds)
         return ds, summary
     ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
     if plan.finish is not None:
         ds = plan.finish(ds)
-    summary = results.summarize(ds, method=config.ci, metrics=config.metrics)
+    summary = results.summarize(
+        ds, method=config.ci, metrics=config.metrics, bounds=config.metric_bounds
+    )
     return ds, summary
 
 

@@ -34,6 +34,7 @@ from jax import lax
 
 from jfl.envs.base import CLIENT, EVAL, ROUND
 from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
+from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, Bounds
 from jfl.trackers import QUEUE_RATE
 
 # A band ``<output>_band`` holds, along its ``stat`` dim, these statistics over seeds.
@@ -51,10 +52,20 @@ class RunView(NamedTuple):
 
 
 class RunMetric(NamedTuple):
-    """A per-run metric: computed for the runs that record every output it ``reads``."""
+    """A per-run metric: computed for the runs that record every output it ``reads``; its
+    interval over seeds is clipped to its ``bounds`` (``jfl.stats.Bounds``)."""
 
     reads: tuple[str, ...]
     fn: Callable[[RunView], jax.Array]
+    bounds: Bounds = UNBOUNDED
+
+
+class Curve(NamedTuple):
+    """A per-run curve that the figures band over seeds, beside the recorded outputs."""
+
+    dims: tuple[str, ...]
+    fn: Callable[[RunView], jax.Array]
+    bounds: Bounds = UNBOUNDED
 
 
 def _rates(run: RunView) -> jax.Array:
@@ -85,23 +96,27 @@ def _jain(rates: jax.Array) -> jax.Array:
 # (``jfl.trackers.fairness_queue``) measure against its rate.
 _QUEUE = ("final_queue", "last_unmet_round")
 RUN_METRICS: dict[str, RunMetric] = {
-    "mean_round_time": RunMetric((), lambda r: pairwise_mean(r.outputs["round_time"])),
-    "total_time": RunMetric((), lambda r: pairwise_sum(r.outputs["round_time"])),
-    "final_queue_mean": RunMetric(_QUEUE, lambda r: pairwise_mean(r.outputs["final_queue"])),
-    "final_queue_max": RunMetric(_QUEUE, lambda r: jnp.max(r.outputs["final_queue"])),
-    "min_selection_rate": RunMetric((), lambda r: jnp.min(_rates(r))),
-    "max_rate_violation": RunMetric(
-        _QUEUE, lambda r: jnp.max(jnp.maximum(_target(r) - _rates(r), 0.0))
+    "mean_round_time": RunMetric((), lambda r: pairwise_mean(r.outputs["round_time"]), NONNEGATIVE),
+    "total_time": RunMetric((), lambda r: pairwise_sum(r.outputs["round_time"]), NONNEGATIVE),
+    "final_queue_mean": RunMetric(
+        _QUEUE, lambda r: pairwise_mean(r.outputs["final_queue"]), NONNEGATIVE
     ),
-    "jain_index": RunMetric((), lambda r: _jain(_rates(r))),
+    "final_queue_max": RunMetric(_QUEUE, lambda r: jnp.max(r.outputs["final_queue"]), NONNEGATIVE),
+    "min_selection_rate": RunMetric((), lambda r: jnp.min(_rates(r)), UNIT_INTERVAL),
+    "max_rate_violation": RunMetric(
+        _QUEUE, lambda r: jnp.max(jnp.maximum(_target(r) - _rates(r), 0.0)), UNIT_INTERVAL
+    ),
+    "jain_index": RunMetric((), lambda r: _jain(_rates(r)), UNIT_INTERVAL),
     "selected_per_round": RunMetric(
-        (), lambda r: pairwise_mean(r.outputs["num_selected"].astype(jnp.float32))
+        (), lambda r: pairwise_mean(r.outputs["num_selected"].astype(jnp.float32)), NONNEGATIVE
     ),
     # Whether every client meets its rate after T rounds (its mean over seeds: the fraction).
-    "target_met": RunMetric(_QUEUE, lambda r: jnp.all(_rates(r) >= _target(r)).astype(jnp.float32)),
+    "target_met": RunMetric(
+        _QUEUE, lambda r: jnp.all(_rates(r) >= _target(r)).astype(jnp.float32), UNIT_INTERVAL
+    ),
     # 1: met from the first round on; T + 1: not met at the end.
     "rounds_to_target": RunMetric(
-        _QUEUE, lambda r: (r.outputs["last_unmet_round"] + 1).astype(jnp.float32)
+        _QUEUE, lambda r: (r.outputs["last_unmet_round"] + 1).astype(jnp.float32), NONNEGATIVE
     ),
 }
 
@@ -111,11 +126,13 @@ def run_metric_names(dims: Mapping[str, tuple[str, ...]]) -> list[str]:
     return [name for name, metric in RUN_METRICS.items() if set(metric.reads) <= set(dims)]
 
 
-# Per-run curves the figures band over seeds, beside the recorded outputs: name -> (dims, fn).
-CURVES: dict[str, tuple[tuple[str, ...], Callable[[RunView], jax.Array]]] = {
-    "cumulative_time": ((ROUND,), lambda r: doubling_cumsum(r.outputs["round_time"])),
+# Per-run curves the figures band over seeds, beside the recorded outputs.
+CURVES: dict[str, Curve] = {
+    "cumulative_time": Curve(
+        (ROUND,), lambda r: doubling_cumsum(r.outputs["round_time"]), NONNEGATIVE
+    ),
     # Selections per client sorted ascending within each run (RBCS-F Fig. 4's pull record).
-    "pull_record": ((CLIENT,), lambda r: jnp.sort(r.outputs["selection_count"])),
+    "pull_record": Curve((CLIENT,), lambda r: jnp.sort(r.outputs["selection_count"]), NONNEGATIVE),
 }
 
 
@@ -136,7 +153,7 @@ def seed_band(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
 def band_dims(dims: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     """Dims of every band ``<name>_band`` (``stat`` first), given the run's output dims."""
     banded = {name: d for name, d in dims.items() if len(d) == 1 and d[0] in (ROUND, CLIENT, EVAL)}
-    banded.update({name: d for name, (d, _) in CURVES.items()})
+    banded.update({name: curve.dims for name, curve in CURVES.items()})
     return {f"{name}_band": (STAT, *d) for name, d in banded.items()}
 
 
@@ -175,7 +192,7 @@ def make_reducer(
     def per_run(outputs, hparams):
         run = RunView(outputs, hparams, num_rounds, rate)
         metrics = {name: RUN_METRICS[name].fn(run).astype(jnp.float32) for name in metric_names}
-        curves = {name: fn(run) for name, (_, fn) in CURVES.items()}
+        curves = {name: curve.fn(run) for name, curve in CURVES.items()}
         return metrics, curves
 
     def reduce(outputs, hparams):

@@ -18,19 +18,19 @@ import xarray as xr
 
 from jfl.envs import ENVIRONMENTS
 from jfl.runner import output_dims
-from jfl.stats import interval, jain_index
+from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, jain_index
 from jfl.trackers import QUEUE_RATE, TRACKERS
 
 # Federated training (docs/metrics.md): final test accuracy, and rounds and simulated
 # wall-clock time to
 # the ``target_accuracy`` attribute (NaN for seeds that never reach it, so the mean and interval
-# are over the seeds that do; ``reached_accuracy`` is the fraction that do).
-ACCURACY_METRICS = (
-    "final_accuracy",
-    "rounds_to_accuracy",
-    "time_to_accuracy",
-    "reached_accuracy",
-)
+# are over the seeds that do; ``reached_accuracy`` is the fraction that do), with their bounds.
+ACCURACY_METRICS = {
+    "final_accuracy": UNIT_INTERVAL,
+    "rounds_to_accuracy": NONNEGATIVE,
+    "time_to_accuracy": NONNEGATIVE,
+    "reached_accuracy": UNIT_INTERVAL,
+}
 
 
 def to_dataset(
@@ -84,6 +84,38 @@ def to_dataset(
             values = values.astype(float)
         coords[column] = ("config", values)
     return xr.Dataset(data_vars, coords=coords)
+
+
+def declared_bounds(extra: Mapping[str, Bounds] | None = None) -> dict[str, Bounds]:
+    """The bounds (``jfl.stats.Bounds``) of every quantity the library declares, by name: the
+    outputs (``jfl.envs.base.Metric``: the runner's, every environment's and tracker's), the
+    per-run metrics and curves (``jfl.reduction.RUN_METRICS``, ``CURVES``) and the accuracy
+    metrics (``ACCURACY_METRICS``); a band ``<name>_band`` has its quantity's. ``extra`` (an
+    experiment's ``metric_bounds``) adds or replaces entries. Anything else is unbounded.
+
+    By name, not as an attribute of the arrays: xarray keeps attributes through arithmetic, so
+    a regret computed as a difference of utilities would inherit their ≥ 0.
+    """
+    from jfl.reduction import CURVES, RUN_METRICS
+    from jfl.runner import CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS
+
+    tables = [CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, RUN_METRICS, CURVES]
+    tables += [env_type.round_metrics for env_type in ENVIRONMENTS.values()]
+    for tracker in TRACKERS.values():
+        tables += [tracker().outputs, tracker().trajectories]
+    known = {}
+    for table in tables:
+        for name, declaration in table.items():
+            known.setdefault(name, declaration.bounds)
+    known.update(ACCURACY_METRICS)
+    known.update(extra or {})
+    known.update({f"{name}_band": bounds for name, bounds in list(known.items())})
+    return known
+
+
+def bounds_of(name: str, extra: Mapping[str, Bounds] | None = None) -> Bounds:
+    """The declared bounds of quantity ``name`` (:func:`declared_bounds`), else unbounded."""
+    return declared_bounds(extra).get(name, UNBOUNDED)
 
 
 def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
@@ -148,28 +180,38 @@ def accuracy_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
-def summarize(ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None) -> pd.DataFrame:
+def summarize(
+    ds: xr.Dataset, level: float = 0.95, method: str = "t", metrics=None, bounds=None
+) -> pd.DataFrame:
     """One row per configuration: its labels, ``n_seeds`` and ``metric``/``_lo``/``_hi``.
 
     From every run's outputs (a sweep that keeps them); ``metrics(ds) -> {name:
     DataArray[config, seed]}`` adds an experiment's own metrics after the generic ones of
-    :func:`run_metrics`.
+    :func:`run_metrics`, ``bounds`` their bounds by name (as :func:`summary_table`).
     """
     metrics = run_metrics(ds, metrics)
-    return summary_table(ds.assign(metrics), list(metrics.data_vars), level, method)
+    return summary_table(ds.assign(metrics), list(metrics.data_vars), level, method, bounds)
 
 
 def summary_table(
-    ds: xr.Dataset, metrics: list[str], level: float = 0.95, method: str = "t"
+    ds: xr.Dataset,
+    metrics: list[str],
+    level: float = 0.95,
+    method: str = "t",
+    bounds: Mapping[str, Bounds] | None = None,
 ) -> pd.DataFrame:
     """One row per configuration: its labels, ``n_seeds``, then for each per-run metric of
-    ``ds`` ([config, seed]) its mean over seeds and interval, ``name``/``_lo``/``_hi``."""
+    ``ds`` ([config, seed]) its mean over seeds and interval, ``name``/``_lo``/``_hi``, the
+    interval clipped to the metric's bounds (:func:`declared_bounds`, with ``bounds``: an
+    experiment's own metrics')."""
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
     table["n_seeds"] = ds.sizes["seed"]
+    known = declared_bounds(bounds)
     for name in metrics:
         values = ds[name].transpose("config", "seed").to_numpy()
-        mean, lo, hi = interval(values, axis=1, level=level, method=method)
+        clip = known.get(name, UNBOUNDED)
+        mean, lo, hi = interval(values, axis=1, level=level, method=method, bounds=clip)
         table[name] = mean
         table[f"{name}_lo"] = lo
         table[f"{name}_hi"] = hi

@@ -28,25 +28,32 @@ import numpy as np
 from jfl.envs import ENVIRONMENTS
 from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
 from jfl.policies.base import LearnerObservation, Policy, check_signals
+from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 from jfl.trackers import TRACKERS, Tracker
 
-# Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc). The
-# environment declares its own per-round metrics (``Environment.round_metrics``).
+# Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc,
+# bounds). The environment declares its own per-round metrics (``Environment.round_metrics``).
 CORE_OUTPUTS = {
-    "round_time": Metric((ROUND,), "max realised time over the selected clients (eq. 1)"),
-    "num_selected": Metric((ROUND,), "|S_t|, the number of selected clients"),
-    "selection_count": Metric((CLIENT,), "pull record: selections of each client in T rounds"),
+    "round_time": Metric(
+        (ROUND,), "max realised time over the selected clients (eq. 1)", NONNEGATIVE
+    ),
+    "num_selected": Metric((ROUND,), "|S_t|, the number of selected clients", NONNEGATIVE),
+    "selection_count": Metric(
+        (CLIENT,), "pull record: selections of each client in T rounds", NONNEGATIVE
+    ),
 }
 # With a federated learner (``make_run(..., learner=...)``).
 LEARNER_OUTPUTS = {
-    "wall_clock": Metric((ROUND,), "simulated time at the end of round t"),
-    "num_delivered": Metric((ROUND,), "trained models that reached their server"),
-    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T"),
-    "test_loss": Metric((EVAL,), "test loss at the same rounds"),
-    "untrained": Metric((), "selections beyond the learner's slots (should be 0)"),
+    "wall_clock": Metric((ROUND,), "simulated time at the end of round t", NONNEGATIVE),
+    "num_delivered": Metric((ROUND,), "trained models that reached their server", NONNEGATIVE),
+    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T", UNIT_INTERVAL),
+    "test_loss": Metric((EVAL,), "test loss at the same rounds", NONNEGATIVE),
+    "untrained": Metric((), "selections beyond the learner's slots (should be 0)", NONNEGATIVE),
 }
 # With ``trajectories=True``.
-TRAJECTORY_OUTPUTS = {"selected": Metric((ROUND, CLIENT), "the selection S_t as a mask")}
+TRAJECTORY_OUTPUTS = {
+    "selected": Metric((ROUND, CLIENT), "the selection S_t as a mask", UNIT_INTERVAL)
+}
 
 
 class _RunOutputFields(NamedTuple):

@@ -1,8 +1,42 @@
-"""Confidence bands over seeds: Student-t intervals (default) and bootstrap intervals."""
+"""Confidence bands over seeds: Student-t intervals (default) and bootstrap intervals, kept
+within the range of the quantity (:class:`Bounds`)."""
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import numpy as np
+
+
+class Bounds(NamedTuple):
+    """The range a quantity can take: a metric's or an output's ``bounds``.
+
+    A mean over seeds of values in the range is in the range; a Student-t interval around it
+    need not be (with few seeds it is wide), so intervals and bands are clipped to it
+    (:meth:`clip`). Declared with the quantity, by name: ``jfl.envs.base.Metric`` (per-round
+    and per-client outputs), ``jfl.reduction.RunMetric`` and ``CURVES`` (per-run metrics and
+    curves), ``jfl.results.ACCURACY_METRICS`` and an experiment's ``metric_bounds`` (its own
+    metrics); ``jfl.results.declared_bounds`` gathers them.
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+
+    def clip(self, *arrays):
+        """``arrays`` clipped into [low, high] (NaN stays NaN), as a tuple of arrays."""
+        return tuple(np.clip(np.asarray(a, float), self.low, self.high) for a in arrays)
+
+    def cumulative(self) -> Bounds:
+        """The range of a running sum of values in this range: ≥ 0 (≤ 0) when the values are."""
+        return Bounds(0.0 if self.low >= 0 else -math.inf, 0.0 if self.high <= 0 else math.inf)
+
+
+UNBOUNDED = Bounds()
+# Rates, fractions, probabilities, accuracies, Jain's index, rewards normalised to [0, 1].
+UNIT_INTERVAL = Bounds(0.0, 1.0)
+# Times, counts, queue backlogs, utilities.
+NONNEGATIVE = Bounds(0.0, math.inf)
 
 
 def _t_quantile(q, df):
@@ -85,13 +119,21 @@ def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int =
     return mean, lo, hi
 
 
-def interval(samples, axis: int = 0, level: float = 0.95, method: str = "t"):
-    """``(mean, lo, hi)`` over ``axis``: Student-t (``"t"``) or percentile bootstrap."""
+INTERVALS = ("t", "bootstrap")
+
+
+def interval(
+    samples, axis: int = 0, level: float = 0.95, method: str = "t", bounds: Bounds = UNBOUNDED
+):
+    """``(mean, lo, hi)`` over ``axis``: Student-t (``"t"``) or BCa bootstrap, with ``lo`` and
+    ``hi`` clipped to the quantity's ``bounds``."""
     if method == "t":
-        return mean_ci(samples, axis, level)
-    if method == "bootstrap":
-        return bootstrap_ci(samples, axis, level)
-    raise ValueError(f"interval method must be 't' or 'bootstrap', got {method!r}")
+        mean, lo, hi = mean_ci(samples, axis, level)
+    elif method == "bootstrap":
+        mean, lo, hi = bootstrap_ci(samples, axis, level)
+    else:
+        raise ValueError(f"interval method must be one of {list(INTERVALS)}, got {method!r}")
+    return (mean, *Bounds(*bounds).clip(lo, hi))
 
 
 def jain_index(rates, axis: int = -1):

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from jfl.envs.base import CLIENT, ROUND, Metric
 from jfl.kernels import virtual_queue_update
 from jfl.kernels.reduce import pairwise_mean
+from jfl.stats import NONNEGATIVE
 
 Hparams = Mapping[str, jax.Array]
 
@@ -70,14 +71,18 @@ def fairness_queue(rate: str = QUEUE_RATE) -> Tracker:
     rate or give a target for policies that have none.
     """
     outputs = {
-        "queue_mean": Metric((ROUND,), "mean over clients of the fairness queue Z after round t"),
-        "queue_max": Metric((ROUND,), "max over clients of Z after round t"),
-        "final_queue": Metric((CLIENT,), "Z after round T"),
+        "queue_mean": Metric(
+            (ROUND,), "mean over clients of the fairness queue Z after round t", NONNEGATIVE
+        ),
+        "queue_max": Metric((ROUND,), "max over clients of Z after round t", NONNEGATIVE),
+        "final_queue": Metric((CLIENT,), "Z after round T", NONNEGATIVE),
         "last_unmet_round": Metric(
-            (), "last round with count_n(t) < t·rate_n for some client n (0: none)"
+            (), "last round with count_n(t) < t·rate_n for some client n (0: none)", NONNEGATIVE
         ),
     }
-    trajectories = {"queue": Metric((ROUND, CLIENT), "the fairness queue Z after round t")}
+    trajectories = {
+        "queue": Metric((ROUND, CLIENT), "the fairness queue Z after round t", NONNEGATIVE)
+    }
 
     def init(num_clients, hparams) -> QueueState:
         del hparams

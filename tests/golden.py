@@ -20,6 +20,10 @@ the columns of the fairness queue when it became a tracker that only the RBCS-F 
 experiments keep (``final_queue_*``, ``max_rate_violation``, ``target_met``,
 ``rounds_to_target`` and ``fl_cocs``'s ``queue_rate``: all 0 or 1 at a rate of 0); the other
 columns were cut out of the stored files unchanged, and the runs reproduce them bit for bit.
+Every file but ``fl_cocs``'s was regenerated when intervals were clipped to each metric's
+declared range (issue 27: rates, indices and accuracies to [0, 1], times and counts to ≥ 0):
+only ``_lo``/``_hi`` columns changed, each to the previous value clipped to its metric's bounds
+(checked column by column), and every mean and other column is bit for bit the previous one.
 ``cs_ucb_ideal``, ``cs_ucb_q_fairness``, ``beta_rho_grid`` and ``fl_cs_ucb_q`` were regenerated
 when the CS-UCB family's ties took a per-run random order (issue 27): only the CS-UCB-Q and
 modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit the same.

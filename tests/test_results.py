@@ -7,8 +7,15 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from jfl.results import accuracy_metrics, run_metrics, summarize, to_dataset
-from jfl.stats import interval, jain_index
+from jfl.results import (
+    accuracy_metrics,
+    bounds_of,
+    run_metrics,
+    summarize,
+    summary_table,
+    to_dataset,
+)
+from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, interval, jain_index
 
 CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 6, 5
 
@@ -153,3 +160,63 @@ def test_summarize_columns_and_intervals(ds, method):
     assert (lo < mean).all() and (mean < hi).all()
     wider = summarize(ds, level=0.99, method=method)
     assert (wider["mean_round_time_lo"] <= summary["mean_round_time_lo"]).all()
+
+
+@pytest.mark.parametrize("method", ["t", "bootstrap"])
+def test_two_seed_intervals_stay_within_each_metric_bounds(method):
+    """With two seeds far apart a Student-t interval spans ±6 half-ranges: a rate's, index's and
+    accuracy's ``_lo``/``_hi`` are clipped to [0, 1], a time's ``_lo`` to 0; the means are as
+    before. An experiment's own metric is clipped to the bounds it declares, and not at all
+    without (a difference of times inherits nothing from them)."""
+    rng = np.random.default_rng(3)
+    outputs = {k: v[:, :2] for k, v in _outputs().items()}
+    times = np.stack([np.full(ROUNDS, 0.01), np.full(ROUNDS, 5.0)])  # two seeds
+    outputs["round_time"] = np.repeat(times[None], CONFIGS, 0).astype(np.float32)
+    counts = np.stack([np.zeros(CLIENTS), np.full(CLIENTS, ROUNDS)])  # rates 0 and 1
+    outputs["selection_count"] = np.repeat(counts[None], CONFIGS, 0).astype(np.int32)
+    outputs["accuracy"] = np.repeat([[[0.1, 0.02], [0.1, 0.99]]], CONFIGS, 0)
+    outputs["wall_clock"] = np.cumsum(rng.random((CONFIGS, 2, ROUNDS)), -1)
+    ds = to_dataset(outputs, _configs(), seeds=[0, 1])
+
+    def extra(d):
+        time = d["round_time"].mean("round")
+        return {"gap": time - 2.0, "share": time / 5.0}
+
+    summary = summarize(ds, method=method, metrics=extra, bounds={"share": UNIT_INTERVAL})
+    for name in ("min_selection_rate", "jain_index", "final_accuracy", "target_met", "share"):
+        assert (summary[f"{name}_lo"] >= 0).all() and (summary[f"{name}_hi"] <= 1).all(), name
+    for name in ("mean_round_time", "total_time", "final_queue_mean"):
+        assert (summary[f"{name}_lo"] >= 0).all(), name
+    per_seed = ds["accuracy"].isel(eval=-1).to_numpy()
+    np.testing.assert_allclose(summary["final_accuracy"], per_seed.mean(1))
+    if method == "t":
+        _, lo, hi = interval(per_seed, axis=1)
+        assert (lo < 0).all() and (hi > 1).all()  # what the clipping took away
+        gap = extra(ds)["gap"].to_numpy()
+        np.testing.assert_allclose(summary["gap_lo"], interval(gap, axis=1)[1])
+        assert (summary["gap_lo"] < -2).all()  # unbounded: not clipped
+
+
+def test_bounds_are_declared_by_name():
+    """Outputs, per-run metrics, curves and their bands carry the bounds they are declared with
+    (``Metric``, ``RunMetric``, ``CURVES``, ``ACCURACY_METRICS``); an unknown name has none."""
+    assert bounds_of("accuracy") == UNIT_INTERVAL and bounds_of("final_accuracy") == UNIT_INTERVAL
+    assert bounds_of("round_time") == NONNEGATIVE and bounds_of("queue_mean_band") == NONNEGATIVE
+    assert bounds_of("jain_index") == UNIT_INTERVAL and bounds_of("pull_record") == NONNEGATIVE
+    assert bounds_of("utility") == NONNEGATIVE and bounds_of("mean_set_reward") == UNIT_INTERVAL
+    assert bounds_of("pseudo_regret") == UNBOUNDED and bounds_of("anything") == UNBOUNDED
+    assert bounds_of("anything", {"anything": NONNEGATIVE}) == NONNEGATIVE
+
+
+def test_summary_table_clips_reduced_metrics_to_their_bounds():
+    """The per-run metrics of a sweep reduced on the device get their declared bounds."""
+    values = np.array([[0.05, 0.95], [0.05, 0.95]])  # [config, seed]
+    ds = to_dataset(
+        {"jain_index": values, "other": values},
+        pd.DataFrame({"policy": ["random", "rbcsf"]}),
+        seeds=[0, 1],
+        dims={"jain_index": (), "other": ()},
+    )
+    table = summary_table(ds, ["jain_index", "other"])
+    assert (table["jain_index_lo"] == 0).all() and (table["jain_index_hi"] == 1).all()
+    assert (table["other_lo"] < 0).all() and (table["other_hi"] > 1).all()

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from jfl.stats import bootstrap_ci, interval, jain_index, mean_ci
+from jfl.stats import (
+    NONNEGATIVE,
+    UNIT_INTERVAL,
+    Bounds,
+    bootstrap_ci,
+    interval,
+    jain_index,
+    mean_ci,
+)
 
 
 def test_mean_ci_matches_scipy_t_interval():
@@ -45,6 +53,24 @@ def test_bootstrap_interval_brackets_the_mean_and_handles_constants():
     mean, lo, hi = bootstrap_ci(x, axis=0, n_resamples=500)
     assert lo[0] < mean[0] < hi[0]
     assert lo[1] == hi[1] == mean[1] == 2.0
+
+
+@pytest.mark.parametrize("method", ["t", "bootstrap"])
+def test_intervals_stay_within_the_quantity_bounds(method):
+    """Two seeds of a fraction far apart: the t interval reaches −5 and 6, clipped to [0, 1]; a
+    time's lower end to 0; the mean is left alone, NaN (one seed) stays NaN."""
+    x = np.array([[0.05, 0.0, 0.5], [0.95, 1.0, 0.5]])
+    _, raw_lo, raw_hi = interval(x, method="t")
+    assert raw_lo[0] < -1 and raw_hi[0] > 2  # what an unclipped interval says
+    mean, lo, hi = interval(x, method=method, bounds=UNIT_INTERVAL)
+    np.testing.assert_allclose(mean, [0.5, 0.5, 0.5])
+    assert (lo >= 0).all() and (hi <= 1).all() and (lo <= mean).all() and (mean <= hi).all()
+    _, lo, hi = interval(x, bounds=NONNEGATIVE)
+    assert (lo >= 0).all() and hi[0] == raw_hi[0]
+    _, lo, hi = interval(x[:1], bounds=UNIT_INTERVAL)
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+    assert Bounds(0.0, 1.0).cumulative() == NONNEGATIVE
+    assert Bounds(-1.0, 1.0).cumulative() == Bounds()
 
 
 def test_jain_index_closed_forms():

@@ -9,7 +9,8 @@ An environment simulates the clients of one round at a time:
   ``requires`` is checked against it);
 * ``delivered(action, feedback)`` says whose model update reached the server (federated runs);
 * ``round_metrics`` declares the per-round outputs the environment adds to a run, with their
-  dimensions and a one-line description, and ``compute_round_metrics(feedback)`` computes them.
+  dimensions, a one-line description and their range (``jfl.stats.Bounds``), and
+  ``compute_round_metrics(feedback)`` computes them.
   The runner records them and ``jfl.results.to_dataset`` labels them from this declaration alone,
   so a new per-round metric is one entry here (plus a feedback field or an override of
   ``compute_round_metrics``), in the environment's own module.
@@ -25,15 +26,19 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jfl.stats import UNBOUNDED, Bounds
+
 # Dimensions an output may have after the leading [config, seed] axes.
 ROUND, CLIENT, EVAL = "round", "client", "eval"
 
 
 class Metric(NamedTuple):
-    """Declaration of one output: its dimensions (after [config, seed]) and what it is."""
+    """Declaration of one output: its dimensions (after [config, seed]), what it is, and the
+    range of its values (``jfl.stats.Bounds``: bands over seeds are clipped to it)."""
 
     dims: tuple[str, ...]
     doc: str
+    bounds: Bounds = UNBOUNDED
 
 
 class Environment(abc.ABC):

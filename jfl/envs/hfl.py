@@ -66,6 +66,7 @@ from flax import struct
 from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment, Metric
+from jfl.stats import NONNEGATIVE
 
 # Table I and §VI-A of the paper (MNIST: logistic regression, strongly convex utility; CIFAR-10:
 # CNN, non-convex utility). Notes on the paper's text:
@@ -718,8 +719,12 @@ class HflEnv(Environment):
     )
     # Recorded every round (the Feedback fields of the same names).
     round_metrics: ClassVar[dict[str, Metric]] = {
-        "utility": Metric(("round",), "(1/M) sum of X over the selected pairs (COCS eq. 8)"),
-        "num_success": Metric(("round",), "selected clients received before the deadline"),
+        "utility": Metric(
+            ("round",), "(1/M) sum of X over the selected pairs (COCS eq. 8)", NONNEGATIVE
+        ),
+        "num_success": Metric(
+            ("round",), "selected clients received before the deadline", NONNEGATIVE
+        ),
     }
 
     def default_params(self, preset: str = "mnist", **overrides) -> HflParams:

@@ -33,6 +33,7 @@ from flax import struct
 from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment, Metric
+from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 
 # The paper's round deadline (§V-A: "the maximal interval τ_max = 5 seconds"). With its other
 # numbers a client's τ is 0.10–0.26 s, so at 5 s every μ_k = E[1 − τ_k/τ_max] is 0.93–0.98:
@@ -288,12 +289,17 @@ class WirelessEnv(Environment):
     )
     # Recorded every round (the Feedback fields of the same names).
     round_metrics: ClassVar[dict[str, Metric]] = {
-        "set_reward": Metric(("round",), "r(S(t)) = min_{k in S(t)} r_k(t), 0 if none selected"),
-        "num_failed": Metric(("round",), "selected clients that hit tau_max (update lost)"),
+        "set_reward": Metric(
+            ("round",), "r(S(t)) = min_{k in S(t)} r_k(t), 0 if none selected", UNIT_INTERVAL
+        ),
+        "num_failed": Metric(
+            ("round",), "selected clients that hit tau_max (update lost)", NONNEGATIVE
+        ),
         "mean_set_reward": Metric(
             ("round",),
             "pseudo-reward mu(S(t)) = min_{k in S(t)} mu_k, 0 if none selected (NaN when the "
             "run's mean rewards mu_k are not given)",
+            UNIT_INTERVAL,
         ),
     }
 

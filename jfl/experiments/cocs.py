@@ -10,6 +10,7 @@ names another) run on the same seeds (common random numbers).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
@@ -18,6 +19,7 @@ from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
 from jfl.experiments.common import check_hparams, check_policies
+from jfl.stats import NONNEGATIVE, Bounds
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
     import xarray as xr
@@ -70,6 +72,15 @@ def utility_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
+# The bounds of the metrics above that have any (a regret can be negative: ``oracle_context``
+# knows less than the realised outcome).
+UTILITY_BOUNDS = {
+    "cumulative_utility": NONNEGATIVE,
+    "cumulative_utility_sqrt": NONNEGATIVE,
+    "success_per_round": NONNEGATIVE,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class HflScenario(Experiment):
     """The ``hfl`` environment with Table I's presets, budgets and deadlines."""
@@ -89,6 +100,7 @@ class HflScenario(Experiment):
     """edge servers M, 1 ≤ M ≤ N"""
 
     environment: ClassVar[str] = "hfl"
+    metric_bounds: ClassVar[Mapping[str, Bounds]] = UTILITY_BOUNDS
 
     def check(self) -> None:
         super().check()

@@ -12,7 +12,7 @@ estimated by Monte Carlo on that seed's client layout.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import numpy as np
@@ -23,6 +23,7 @@ from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
 from jfl.experiments.common import check_hparams, check_policies
+from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
@@ -267,6 +268,15 @@ def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     return metrics
 
 
+# The bounds of the metrics above that have any (the regrets and gaps can be negative), and of
+# the curves the figures draw.
+REGRET_BOUNDS = {
+    "mean_set_reward": UNIT_INTERVAL,
+    "failed_clients": NONNEGATIVE,
+    "failed_clients_t": NONNEGATIVE,
+}
+
+
 # --------------------------------------------------------------------------- experiments
 
 
@@ -305,6 +315,7 @@ class WirelessScenario(Experiment):
     """fades per link and round whose rates are averaged (§V line ~355), an integer ≥ 1"""
 
     environment: ClassVar[str] = "wireless"
+    metric_bounds: ClassVar[Mapping[str, Bounds]] = REGRET_BOUNDS
 
     def check(self) -> None:
         super().check()
@@ -717,6 +728,10 @@ class CsUcbQDelay(WirelessScenario):
         "policy N rho beta n_seeds delay delay_lo delay_hi mean_round_time failed_clients "
         "max_rate_violation".split()
     )
+    metric_bounds: ClassVar[Mapping[str, Bounds]] = {
+        "delay": NONNEGATIVE,
+        "failed_clients": NONNEGATIVE,
+    }
 
     def check(self) -> None:
         super().check()
