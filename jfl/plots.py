@@ -4,16 +4,53 @@ Figures are ``matplotlib.figure.Figure`` objects saved to files, never pyplot's 
 so they work under whatever backend the caller has (none is selected here; a notebook's inline
 backend stays as it is). Every ``plot_*`` function saves its figure to ``path`` and returns it,
 for a caller that wants to show it, change it or read it back.
+
+Bands are the interval over seeds that ``method`` names (``"t"``: Student-t, ``"bootstrap"``:
+BCa bootstrap; a sweep's ``--ci``), clipped to the quantity's bounds (``jfl.stats.Bounds``,
+declared with the output or metric: ``jfl.results.declared_bounds``). A band that a sweep
+reduced on the device holds only the mean and variance over seeds, from which only the
+Student-t interval follows: asked for a bootstrap band, such a figure draws the Student-t one
+and says so in its legend's title. Every banded figure's legend title names its interval and
+seed count.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 from matplotlib.figure import Figure
 
-from jfl.stats import mean_ci, stats_ci
+from jfl.stats import INTERVALS, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, stats_ci
+
+# Interval methods by name, as legends say them.
+INTERVAL_NAMES = {"t": "Student-t", "bootstrap": "bootstrap"}
+# Hyperparameters as titles write them.
+SYMBOLS = {
+    "alpha": "α",
+    "beta": "β",
+    "gamma1": "γ₁",
+    "gamma2": "γ₂",
+    "lam": "λ",
+    "rho": "ρ",
+}
+# Most lines a figure draws; beyond, an evenly spaced selection that its title announces.
+MAX_LINES = 16
+
+
+def symbol(name: str) -> str:
+    """How a figure writes hyperparameter ``name``: ``beta`` → ``β``."""
+    return SYMBOLS.get(name, name)
+
+
+def format_values(values, most: int = 6) -> str:
+    """``{0.05, 0.1, 0.2}``; a longer list by its ends and count."""
+    values = [f"{v:g}" for v in values]
+    if len(values) > most:
+        return f"{{{values[0]}, {values[1]}, …, {values[-1]}}} ({len(values)} values)"
+    return "{" + ", ".join(values) + "}"
 
 
 def _subplots(*args, **kwargs):
@@ -22,16 +59,21 @@ def _subplots(*args, **kwargs):
     return fig, fig.subplots(*args, **kwargs)
 
 
-def band(ax, x, samples, label=None, level=0.95, **kwargs):
-    """Mean line and shaded Student-t band of ``samples`` [seed, x] (no band for one seed)."""
-    mean, lo, hi = mean_ci(np.asarray(samples), axis=0, level=level)
+def band(ax, x, samples, label=None, level=0.95, method="t", bounds: Bounds = UNBOUNDED, **kwargs):
+    """Mean line and shaded band of ``samples`` [seed, x] (no band for one seed): the
+    Student-t (``method="t"``) or bootstrap interval, clipped to ``bounds``."""
+    samples = np.asarray(samples)
+    mean, lo, hi = interval(samples, axis=0, level=level, method=method, bounds=bounds)
     return _draw(ax, x, mean, lo, hi, label, **kwargs)
 
 
-def band_from_stats(ax, x, mean, variance, n, label=None, level=0.95, **kwargs):
-    """The same line and band from the mean and variance over ``n`` seeds
-    (``jfl.reduction``'s bands)."""
+def band_from_stats(
+    ax, x, mean, variance, n, label=None, level=0.95, bounds: Bounds = UNBOUNDED, **kwargs
+):
+    """The same line and Student-t band from the mean and variance over ``n`` seeds
+    (``jfl.reduction``'s bands), clipped to ``bounds``."""
     mean, lo, hi = stats_ci(np.asarray(mean), np.asarray(variance), n, level)
+    lo, hi = Bounds(*bounds).clip(lo, hi)
     return _draw(ax, x, mean, lo, hi, label, **kwargs)
 
 
@@ -42,19 +84,83 @@ def _draw(ax, x, mean, lo, hi, label, **kwargs):
     return line
 
 
-def seed_band(ax, ds, variable, config, dim, label=None, transform=None, **kwargs):
+def has_runs(ds: xr.Dataset, variable: str) -> bool:
+    """Whether ``ds`` holds every run's values of ``variable`` (not only its band)."""
+    return variable in ds and "seed" in ds[variable].dims
+
+
+def seed_band(
+    ax, ds, variable, config, dim, label=None, transform=None, method="t", bounds=None, **kwargs
+):
     """Band over seeds of ``variable`` for one configuration: from every run's values when
-    ``ds`` holds them (``transform`` applied to each run's [dim] values first), else from the
-    band ``<variable>_band`` a reduced sweep stores."""
+    ``ds`` holds them (``transform`` applied to each run's [dim] values first; ``method`` picks
+    the interval), else from the band ``<variable>_band`` a reduced sweep stores (Student-t
+    whatever ``method`` asks, see :func:`band_title`). ``bounds`` default to the variable's
+    declared ones (``jfl.results.bounds_of``; none after a ``transform``)."""
+    from jfl.results import bounds_of
+
     x = ds[dim].to_numpy()
-    if variable in ds and "seed" in ds[variable].dims:
+    if bounds is None:
+        bounds = UNBOUNDED if transform is not None else bounds_of(variable)
+    if has_runs(ds, variable):
         samples = ds[variable].sel(config=config).transpose("seed", dim).to_numpy()
         if transform is not None:
             samples = transform(samples)
-        return band(ax, x, samples, label=label, **kwargs)
+        return band(ax, x, samples, label=label, method=method, bounds=bounds, **kwargs)
     stats = ds[f"{variable}_band"].sel(config=config)
     mean, variance = stats.sel(stat="mean").to_numpy(), stats.sel(stat="var").to_numpy()
-    return band_from_stats(ax, x, mean, variance, ds.sizes["seed"], label=label, **kwargs)
+    return band_from_stats(
+        ax, x, mean, variance, ds.sizes["seed"], label=label, bounds=bounds, **kwargs
+    )
+
+
+def band_title(ds: xr.Dataset, variable: str, method: str = "t", level: float = 0.95) -> str:
+    """What the bands of ``variable`` are, for a legend's title: the interval and the seeds;
+    a bootstrap asked of a band reduced on the device is a Student-t band, and says why."""
+    if method not in INTERVALS:
+        raise ValueError(f"interval method must be one of {list(INTERVALS)}, got {method!r}")
+    seeds = ds.sizes["seed"]
+    shown = f"{level:.0%} {{}} bands, {seeds} seed{'s' if seeds != 1 else ''}"
+    if method == "bootstrap" and not has_runs(ds, variable):
+        return (
+            shown.format(INTERVAL_NAMES["t"])
+            + "\n(not bootstrap: the sweep kept only\nthe mean and variance over seeds)"
+        )
+    return shown.format(INTERVAL_NAMES[method])
+
+
+def line_colors(count: int) -> list:
+    """``count`` colours told apart: tab10's, tab20's beyond 10 lines, viridis beyond 20."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [colormaps["tab10"](i) for i in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](i) for i in range(count)]
+    return [colormaps["viridis"](v) for v in np.linspace(0, 1, count)]
+
+
+def shown_configs(ds: xr.Dataset, configs=None, max_lines: int = MAX_LINES):
+    """``(configs, note)``: the configurations to draw (every one of ``ds`` by default) and,
+    when there are more than ``max_lines``, an evenly spaced selection of them and a note
+    saying so for the title (``""`` otherwise)."""
+    configs = list(ds["config"].to_numpy() if configs is None else configs)
+    if len(configs) <= max_lines:
+        return configs, ""
+    keep = np.unique(np.linspace(0, len(configs) - 1, max_lines).round().astype(int))
+    return [configs[i] for i in keep], f"{len(keep)} of {len(configs)} configurations"
+
+
+def _title(ax, title: str, *notes: str) -> None:
+    notes = [n for n in notes if n]
+    if notes:
+        ax.set_title("\n".join([title, *notes]), fontsize=9)
+    else:
+        ax.set_title(title)
+
+
+def _legend(ax, title: str, fontsize=8) -> None:
+    ax.legend(fontsize=fontsize, title=title, title_fontsize=fontsize - 1)
 
 
 def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
@@ -81,69 +187,123 @@ def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[st
     return names
 
 
-def _select_configs(ds: xr.Dataset, max_lines: int) -> list[int]:
-    return list(ds["config"].to_numpy()[:max_lines])
-
-
 def plot_over_rounds(
-    ds, variable, ylabel, path, title, cumulative=False, configs=None, max_lines=12
+    ds,
+    variable,
+    ylabel,
+    path,
+    title,
+    cumulative=False,
+    configs=None,
+    max_lines=MAX_LINES,
+    method="t",
+    varying=None,
+    subtitle="",
+    bounds=None,
 ):
-    """One banded line per configuration of ``variable`` [config, seed, round]."""
-    varying = varying_hparams(ds)
-    configs = _select_configs(ds, max_lines) if configs is None else configs
+    """One banded line per configuration of ``variable`` [config, seed, round] (``configs``:
+    every one by default), told apart by colour and legend; the legend labels name the
+    hyperparameters in ``varying`` (by default those that vary in ``ds``) and ``subtitle``
+    (what the figure fixes, say) goes under the title. ``method``: the interval of the bands,
+    clipped to ``bounds`` (default: the variable's declared ones; of its running sum with
+    ``cumulative``).
+    """
+    from jfl.results import bounds_of
+
+    if cumulative and f"{variable}_band" in ds:
+        raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
+    varying = varying_hparams(ds) if varying is None else varying
+    configs, cut = shown_configs(ds, configs, max_lines)
+    bounds = bounds_of(variable) if bounds is None else Bounds(*bounds)
+    cumsum = None
+    if cumulative:
+        bounds = bounds.cumulative()
+
+        def cumsum(samples):
+            return np.cumsum(samples, axis=1)
+
     fig, ax = _subplots(figsize=(6.4, 4.2))
-    for config in configs:
+    for config, color in zip(configs, line_colors(len(configs)), strict=True):
         label = config_label(ds, config, varying)
-        if cumulative and f"{variable}_band" in ds:
-            raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
-        cumsum = (lambda samples: np.cumsum(samples, axis=1)) if cumulative else None
-        seed_band(ax, ds, variable, config, "round", label=label, transform=cumsum)
+        seed_band(
+            ax, ds, variable, config, "round", label=label, transform=cumsum, method=method,
+            bounds=bounds, color=color,
+        )  # fmt: skip
     ax.set_xlabel("round")
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    _title(ax, title, subtitle, cut)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, band_title(ds, variable, method))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return fig
 
 
-def plot_pull_record(ds, path, configs=None, max_lines=12):
-    """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4)."""
-    varying = varying_hparams(ds)
-    configs = _select_configs(ds, max_lines) if configs is None else configs
+def plot_pull_record(
+    ds, path, configs=None, max_lines=MAX_LINES, method="t", varying=None, subtitle=""
+):
+    """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4);
+    the arguments as :func:`plot_over_rounds`'."""
+    from jfl.results import bounds_of
+
+    varying = varying_hparams(ds) if varying is None else varying
+    configs, cut = shown_configs(ds, configs, max_lines)
     fig, ax = _subplots(figsize=(6.4, 4.2))
     x = np.arange(1, ds.sizes["client"] + 1)
-    for config in configs:
+    runs = has_runs(ds, "selection_count") and (
+        method == "bootstrap" or "pull_record_band" not in ds
+    )
+    for config, color in zip(configs, line_colors(len(configs)), strict=True):
         label = config_label(ds, config, varying)
-        if "pull_record_band" in ds:
+        style = {"label": label, "marker": ".", "color": color}
+        if not runs:
             stats = ds["pull_record_band"].sel(config=config)
             mean, variance = stats.sel(stat="mean"), stats.sel(stat="var")
-            band_from_stats(ax, x, mean, variance, ds.sizes["seed"], label=label, marker=".")
+            bounds = bounds_of("pull_record")
+            band_from_stats(ax, x, mean, variance, ds.sizes["seed"], bounds=bounds, **style)
             continue
         counts = ds["selection_count"].sel(config=config).transpose("seed", "client").to_numpy()
-        band(ax, x, np.sort(counts, axis=1), label=label, marker=".")
+        bounds = bounds_of("selection_count")
+        band(ax, x, np.sort(counts, axis=1), method=method, bounds=bounds, **style)
     ax.set_xlabel("client (sorted by pull count)")
     ax.set_ylabel(f"selections after {ds.sizes['round']} rounds")
-    ax.set_title("Pull record")
+    _title(ax, "Pull record", subtitle, cut)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, band_title(ds, "selection_count" if runs else "pull_record", method))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return fig
+
+
+def averaged_columns(summary: pd.DataFrame, by: Sequence[str]) -> dict[str, list[float]]:
+    """The label columns (hyperparameters) that take several values within a group of ``by``:
+    a mean over the group averages over them. Their values, sorted."""
+    averaged = {}
+    for column in _label_columns(summary):
+        if column in ("policy", *by):
+            continue
+        counts = summary.groupby(list(by), dropna=False)[column].nunique(dropna=True)
+        if len(counts) and counts.max() > 1:
+            values = summary[column].dropna().unique()
+            averaged[column] = sorted(float(v) for v in values)
+    return averaged
 
 
 def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
-    """Heatmap of a summary metric over two hyperparameters (mean over any others)."""
+    """Heatmap of a summary metric over two hyperparameters. Rows that share a cell (other
+    hyperparameters that vary) are averaged, and the title and colour bar say over what:
+    "mean over α ∈ {0.05, 0.1, 0.2}"."""
     table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean")
+    averaged = averaged_columns(summary, (x, y))
+    over = ", ".join(f"{symbol(c)} ∈ {format_values(v)}" for c, v in averaged.items())
     fig, ax = _subplots(figsize=(6.4, 4.8))
     image = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(table.columns)), [f"{v:g}" for v in table.columns], rotation=45)
     ax.set_yticks(range(len(table.index)), [f"{v:g}" for v in table.index])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(title or metric)
-    fig.colorbar(image, ax=ax, label=metric)
+    _title(ax, title or metric, f"mean over {over}" if over else "")
+    fig.colorbar(image, ax=ax, label=f"{metric}, mean over {over}" if over else metric)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return fig
@@ -187,26 +347,28 @@ def _label_columns(summary: pd.DataFrame) -> list[str]:
     return list(summary.columns[:end])
 
 
-def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
+def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8, method="t"):
     """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
 
     Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
-    dataset has a per-client ``queue_rate`` [config, client].
+    dataset has a per-client ``queue_rate`` [config, client]. Bands in [0, 1].
     """
     from jfl.results import running_selection_fraction
 
     varying = varying_hparams(ds)
-    configs = _select_configs(ds, max_lines) if configs is None else configs
+    configs, cut = shown_configs(ds, configs, max_lines)
     num_clients = ds.sizes["client"]
     fig, axes = _subplots(
         1, num_clients, figsize=(3.2 * num_clients, 3.6), sharey=True, squeeze=False
     )
     fraction = running_selection_fraction(ds)
     x = ds["round"].to_numpy()
+    colors = line_colors(len(configs))
     for k, ax in enumerate(axes[0]):
-        for config in configs:
+        for config, color in zip(configs, colors, strict=True):
             samples = fraction.sel(config=config, client=k).transpose("seed", "round").to_numpy()
-            band(ax, x, samples, label=config_label(ds, config, varying))
+            label = config_label(ds, config, varying)
+            band(ax, x, samples, label=label, method=method, bounds=UNIT_INTERVAL, color=color)
         if "queue_rate" in ds and "client" in ds["queue_rate"].dims:
             targets = np.unique(ds["queue_rate"].sel(config=configs, client=k).to_numpy())
             for target in targets:
@@ -215,7 +377,9 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8):
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("selection fraction")
-    axes[0][-1].legend(fontsize=7)
+    if cut:
+        fig.suptitle(cut, fontsize=9)
+    _legend(axes[0][-1], band_title(ds, "selected", method), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return fig
@@ -227,20 +391,25 @@ def plot_accuracy(
     against="round",
     configs=None,
     title=None,
-    max_lines=12,
+    max_lines=MAX_LINES,
     exclude=("policy", "queue_rate"),
+    method="t",
 ):
     """Test accuracy with its band over seeds, against the round or the simulated wall-clock.
 
     Against time, the x position of an evaluation is the seed-mean of the wall-clock at that
     round (seeds differ in their clocks; the band is over accuracies at equal rounds).
-    ``exclude`` names configuration labels left out of the legend.
+    ``exclude`` names configuration labels left out of the legend. Bands in the accuracy's
+    bounds, [0, 1].
     """
     varying = varying_hparams(ds, exclude=exclude)
-    configs = _select_configs(ds, max_lines) if configs is None else configs
+    configs, cut = shown_configs(ds, configs, max_lines)
     rounds = ds["eval"].to_numpy()
+    from jfl.results import bounds_of
+
+    bounds = bounds_of("accuracy")
     fig, ax = _subplots(figsize=(6.4, 4.2))
-    for config in configs:
+    for config, color in zip(configs, line_colors(len(configs)), strict=True):
         c = ds.sel(config=config)
         samples = c["accuracy"].transpose("seed", "eval").to_numpy()
         if against == "round":
@@ -248,15 +417,16 @@ def plot_accuracy(
         else:
             clock = c["wall_clock"].transpose("seed", "round").to_numpy().mean(axis=0)
             x = np.concatenate([[0.0], clock])[rounds]
-        band(ax, x, samples, label=config_label(ds, config, varying))
+        label = config_label(ds, config, varying)
+        band(ax, x, samples, label=label, method=method, bounds=bounds, color=color)
     target = ds.attrs.get("target_accuracy")
     if target is not None:
         ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("round" if against == "round" else "simulated wall-clock time (s)")
     ax.set_ylabel("test accuracy")
-    ax.set_title(title or f"Test accuracy vs {'round' if against == 'round' else 'time'}")
+    _title(ax, title or f"Test accuracy vs {'round' if against == 'round' else 'time'}", cut)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, band_title(ds, "accuracy", method))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return fig

@@ -154,3 +154,144 @@ def test_import_and_plotting_leave_the_backend_alone(ds, tmp_path):
     fig = plots.plot_pull_record(ds, tmp_path / "pull.png")
     assert matplotlib.get_backend() == backend
     assert fig.canvas.manager is None  # not one of pyplot's figures
+
+
+def _band_extent(ax) -> list[tuple[float, float]]:
+    """(lowest, highest) y of each shaded band of ``ax``."""
+    out = []
+    for collection in ax.collections:
+        y = np.concatenate([path.vertices[:, 1] for path in collection.get_paths()])
+        out.append((float(np.nanmin(y)), float(np.nanmax(y))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_seeds():
+    """Two seeds far apart: a Student-t interval over them is 12.7 half-ranges wide."""
+    ds = xr.Dataset(
+        {
+            "accuracy": (("config", "seed", "eval"), [[[0.05, 0.1, 0.1], [0.95, 0.9, 0.99]]]),
+            "round_time": (("config", "seed", "round"), [[[0.1] * 4, [3.0] * 4]]),
+            "selected": (
+                ("config", "seed", "round", "client"),
+                np.array([[[[1, 0]] * 4, [[0, 1]] * 4]], bool),
+            ),
+        },
+        coords={
+            "config": [0],
+            "seed": [0, 1],
+            "eval": [0, 2, 4],
+            "round": [1, 2, 3, 4],
+            "client": [0, 1],
+            "policy": ("config", ["random"]),
+        },
+    )
+    return ds.assign(wall_clock=ds["round_time"].cumsum("round"))
+
+
+def test_bands_stay_within_the_quantity_bounds(two_seeds, tmp_path):
+    """Accuracy and selection-fraction bands in [0, 1], a (cumulative) time's at or above 0,
+    where the unclipped Student-t bands over two seeds reach −5 and 6."""
+    fig = plots.plot_accuracy(two_seeds, tmp_path / "accuracy.png")
+    ((low, high),) = _band_extent(fig.axes[0])
+    assert low == 0.0 and high == 1.0
+    fig = plots.plot_selection_fraction(two_seeds, tmp_path / "fraction.png")
+    for ax in fig.axes:
+        ((low, high),) = _band_extent(ax)
+        assert low == 0.0 and high == 1.0
+    for cumulative in (False, True):
+        fig = plots.plot_over_rounds(
+            two_seeds, "round_time", "s", tmp_path / "t.png", "t", cumulative=cumulative
+        )
+        ((low, high),) = _band_extent(fig.axes[0])
+        assert low == 0.0 and high > 3.0
+
+
+def test_bands_use_the_interval_asked_for_and_say_which(ds, tmp_path):
+    """``method="bootstrap"`` draws the bootstrap interval of every run's values (not the
+    Student-t one), and the legend's title names the interval and the seeds."""
+    from jfl.stats import bootstrap_ci, mean_ci
+
+    bands = {}
+    for method in ("t", "bootstrap"):
+        fig = plots.plot_over_rounds(
+            ds, "round_time", "s", tmp_path / f"{method}.png", "t", configs=[0], method=method
+        )
+        name = {"t": "Student-t", "bootstrap": "bootstrap"}[method]
+        legend = fig.axes[0].get_legend()
+        assert legend.get_title().get_text() == f"95% {name} bands, {SEEDS} seeds"
+        bands[method] = _band_extent(fig.axes[0])[0]
+    samples = ds["round_time"].sel(config=0).transpose("seed", "round").to_numpy()
+    for method, ci in (("t", mean_ci), ("bootstrap", bootstrap_ci)):
+        _, lo, hi = ci(samples, axis=0)
+        lo = np.maximum(lo, 0.0)  # a round time's bounds
+        np.testing.assert_allclose(bands[method], (lo.min(), hi.max()), rtol=1e-6)
+    assert bands["t"] != bands["bootstrap"]
+
+
+def test_a_reduced_band_asked_for_a_bootstrap_says_it_is_student_t(tmp_path):
+    """A band reduced on the device (mean and variance) can only give the Student-t interval:
+    the figure draws it, clipped to the variable's bounds, and its legend says so."""
+    from jfl.stats import stats_ci
+
+    mean, var = np.array([[1.0, 2.0, 3.0]]), np.array([[30.0, 40.0, 50.0]])
+    ds = xr.Dataset(
+        {"queue_mean_band": (("config", "stat", "round"), np.stack([mean, var], 1))},
+        coords={"config": [0], "seed": [0, 1, 2], "round": [1, 2, 3], "stat": ["mean", "var"]},
+    ).assign_coords(policy=("config", ["rbcsf"]))
+    fig = plots.plot_over_rounds(ds, "queue_mean", "Z", tmp_path / "q.png", "q", method="bootstrap")
+    title = fig.axes[0].get_legend().get_title().get_text()
+    assert title.startswith("95% Student-t bands, 3 seeds") and "not bootstrap" in title
+    _, lo, hi = stats_ci(mean[0], var[0], 3)
+    assert lo.min() < 0  # unclipped
+    assert _band_extent(fig.axes[0])[0] == pytest.approx((0.0, hi.max()))
+
+
+def test_many_lines_get_distinct_colours_and_a_cut_is_announced(tmp_path):
+    """Up to ``MAX_LINES`` configurations each get a colour of their own; beyond, an evenly
+    spaced selection whose title says how many of how many it draws."""
+    count = 30
+    rng = np.random.default_rng(1)
+    ds = xr.Dataset(
+        {"round_time": (("config", "seed", "round"), rng.random((count, 3, 4)))},
+        coords={
+            "config": np.arange(count),
+            "seed": np.arange(3),
+            "round": np.arange(1, 5),
+            "policy": ("config", ["rbcsf"] * count),
+            "V": ("config", np.arange(count, dtype=float)),
+        },
+    )
+    fig = plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "a.png", "T", configs=range(14))
+    colours = [tuple(line.get_color()) for line in fig.axes[0].get_lines()]
+    assert len(colours) == 14 and len(set(colours)) == 14
+    assert fig.axes[0].get_title() == "T"
+    fig = plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "b.png", "T")
+    assert fig.axes[0].get_title() == f"T\n{plots.MAX_LINES} of {count} configurations"
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[0] == "rbcsf V=0" and legend[-1] == f"rbcsf V={count - 1}"
+
+
+def test_heatmap_says_what_it_averages(ds):
+    """Rows sharing a cell are averaged over the hyperparameters that tell them apart, and
+    the title and colour bar say so; without any, neither does."""
+    import pandas as pd
+
+    summary = pd.DataFrame(
+        {
+            "policy": ["rbcsf"] * 8,
+            "V": [1.0, 10.0] * 4,
+            "beta": [0.1, 0.1, 0.2, 0.2] * 2,
+            "alpha": [0.05] * 4 + [0.2] * 4,
+            "queue_rate": [0.1, 0.1, 0.2, 0.2] * 2,
+            "n_seeds": 2,
+            "jain_index": np.arange(8.0),
+        }
+    )
+    fig = plots.plot_heatmap(summary, "jain_index", "V", "beta", "/dev/null", "Jain")
+    assert fig.axes[0].get_title() == "Jain\nmean over α ∈ {0.05, 0.2}"
+    assert fig.axes[1].get_ylabel() == "jain_index, mean over α ∈ {0.05, 0.2}"
+    (image,) = fig.axes[0].get_images()
+    np.testing.assert_array_equal(image.get_array(), [[2.0, 3.0], [4.0, 5.0]])
+    fig = plots.plot_heatmap(summary.iloc[:4], "jain_index", "V", "beta", "/dev/null", "Jain")
+    assert fig.axes[0].get_title() == "Jain" and fig.axes[1].get_ylabel() == "jain_index"

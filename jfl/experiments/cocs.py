@@ -18,7 +18,13 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
-from jfl.experiments.common import check_hparams, check_policies
+from jfl.experiments.common import (
+    check_hparams,
+    check_policies,
+    figure_slice,
+    list_defaults,
+    plot_point,
+)
 from jfl.stats import NONNEGATIVE, Bounds
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
@@ -208,16 +214,30 @@ class CocsHfl(HflScenario):
             },
         )
 
+    def plot_axes(self) -> dict[str, list[float]]:
+        """Budget, deadline and COCS's h_T and z: the per-round figures draw every policy at
+        one point of them."""
+        from jfl.policies import REGISTRY
+
+        axes = self.scenario()
+        # Unknown policies are refused by check_policies, after the base checks that call this.
+        specs = [REGISTRY[policy] for policy in self.policies if policy in REGISTRY]
+        for name in ("h_T", "z"):
+            if any(name in spec.hparams for spec in specs):
+                axes[name] = list(getattr(self, name))
+        return axes
+
     def figures(self, ds, summary, folder) -> None:
         from jfl import plots
+        from jfl.envs.hfl import PRESETS
 
-        first = np.ones(ds.sizes["config"], bool)
-        for name in ("budget", "deadline", "h_T", "z"):
-            values = ds[name].to_numpy()
-            finite = values[np.isfinite(values)]
-            if len(finite):
-                first &= ~np.isfinite(values) | (values == finite[0])
-        shown = list(ds["config"].to_numpy()[first])
+        # The defaults: the preset's budget and deadline, h_T and z's.
+        preset = PRESETS[self.preset]
+        defaults = {"budget": preset["budget"], "deadline": preset["deadline"]}
+        defaults = {**list_defaults(self), **{k: float(v) for k, v in defaults.items()}}
+        view = figure_slice(ds, plot_point(self), defaults)
+        shown = view.configs
+        line = {"method": self.ci, "varying": view.varying, "subtitle": view.subtitle}
         curves = ds.assign(
             utility_sqrt=np.sqrt(ds["utility"]), success=ds["num_success"].astype(float)
         )
@@ -231,7 +251,7 @@ class CocsHfl(HflScenario):
         ):  # fmt: skip
             plots.plot_over_rounds(
                 curves, variable, ylabel, folder / f"{name}.png", title,
-                cumulative=cumulative, configs=shown,
+                cumulative=cumulative, configs=shown, bounds=NONNEGATIVE, **line,
             )  # fmt: skip
         if "oracle_utility" in ds:
             curves = curves.assign(regret=ds["oracle_utility"] - ds["utility"])
@@ -241,6 +261,7 @@ class CocsHfl(HflScenario):
                 configs=[
                     c for c in shown if ds["policy"].to_numpy()[c] != ds.attrs["regret_against"]
                 ],
+                **line,
             )  # fmt: skip
         for axis, figure in (("budget", "4d"), ("deadline", "4f")):
             if summary[axis].nunique() > 1:
@@ -249,10 +270,16 @@ class CocsHfl(HflScenario):
                     "cumulative utility", f"Cumulative utility vs {axis} (Qu Fig. {figure})",
                 )  # fmt: skip
         grid = summary[summary["policy"] == "cocs"]
+        fixed = []  # --plot-at's budget and deadline fix the heatmaps too; else they average
+        for name, value in plot_point(self).items():
+            if name in ("budget", "deadline"):
+                grid = grid[np.isclose(grid[name], value, rtol=1e-9, atol=1e-12)]
+                fixed.append(f"{name} = {value:g} (--plot-at)")
         if len(grid) and grid["h_T"].nunique() > 1 and grid["z"].nunique() > 1:
             for metric in ("cumulative_utility", "regret_vs_oracle"):
                 if metric in grid:
+                    title = f"COCS {metric.replace('_', ' ')}"
+                    title = f"{title}\nat {', '.join(fixed)}" if fixed else title
                     plots.plot_heatmap(
-                        grid, metric, "h_T", "z", folder / f"heatmap_cocs_{metric}.png",
-                        f"COCS {metric.replace('_', ' ')}",
-                    )  # fmt: skip
+                        grid, metric, "h_T", "z", folder / f"heatmap_cocs_{metric}.png", title
+                    )

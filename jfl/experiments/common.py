@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,3 +63,96 @@ def with_queue_rate(configs: pd.DataFrame, target: float) -> pd.DataFrame:
         if own is not None and own in configs and not np.isnan(configs[own].iloc[i]):
             rates[i] = configs[own].iloc[i]
     return configs.assign(queue_rate=rates)
+
+
+def list_defaults(config) -> dict[str, float]:
+    """The default of every list field of ``config``'s type that defaults to one value (β =
+    0.15, α = 0.1, …): where a figure that shows one slice of the grid draws it."""
+    defaults = {}
+    for field in dataclasses.fields(config):
+        value = field.default
+        if isinstance(value, tuple) and len(value) == 1 and isinstance(value[0], int | float):
+            defaults[field.name] = float(value[0])
+    return defaults
+
+
+class Slice(NamedTuple):
+    """The configurations a figure draws and what it holds fixed, for its title."""
+
+    configs: list[int]
+    subtitle: str  # "β = 0.15, α = 0.1 (the defaults); --plot-at beta=0.2 for another", or ""
+    varying: list[str]  # the hyperparameters its legend labels name
+
+
+def figure_slice(
+    ds,
+    point: Mapping[str, float],
+    defaults: Mapping[str, float],
+    along: Sequence[str] = (),
+    policies: Sequence[str] | None = None,
+) -> Slice:
+    """One slice of the grid for a figure that draws a line per configuration.
+
+    Every hyperparameter of ``policies``' configurations (all by default) that takes several
+    values and is not drawn ``along`` the lines is held at one value: ``point``'s (from
+    ``--plot-at``), else its default where the grid has it, else the middle of its values. A
+    configuration that does not use the hyperparameter (NaN) stays. The subtitle names every
+    value held and where it comes from.
+    """
+    from jfl.plots import symbol, varying_hparams
+
+    chosen = np.ones(ds.sizes["config"], bool)
+    if policies is not None:
+        chosen &= np.isin(ds["policy"].to_numpy(), list(policies))
+    shown = chosen.copy()
+    held = []  # (axis, value, source, other values)
+    for axis in varying_hparams(ds):
+        column = ds[axis].to_numpy()
+        values = np.unique(column[shown & np.isfinite(column)])
+        if axis in along or len(values) < 2:
+            continue
+        default = defaults.get(axis)
+        close = np.isclose(values, default, rtol=1e-9, atol=1e-12) if default is not None else []
+        if axis in point:
+            value, source = point[axis], "--plot-at"
+        elif np.any(close):
+            value, source = values[np.argmax(close)], "default"
+        else:
+            value = values[(len(values) - 1) // 2]
+            source = "middle" if default is None else "middle, default absent"
+        chosen &= ~np.isfinite(column) | np.isclose(column, value, rtol=1e-9, atol=1e-12)
+        others = values[~np.isclose(values, value, rtol=1e-9, atol=1e-12)]
+        held.append((axis, float(value), source, others))
+    configs = list(ds["config"].to_numpy()[chosen])
+    varying = [name for name in varying_hparams(ds) if name in along]
+    if not held:
+        return Slice(configs, "", varying)
+    groups = []  # "β = 0.15, α = 0.1 (the defaults)", one per source, in the axes' order
+    for source in dict.fromkeys(source for _, _, source, _ in held):
+        axes = [(axis, value) for axis, value, s, _ in held if s == source]
+        plural = len(axes) > 1
+        why = {
+            "--plot-at": "--plot-at",
+            "default": "the defaults" if plural else "the default",
+            "middle": "the middle of the grid",
+            "middle, default absent": "the middle of the grid; "
+            + ("the defaults are not in it" if plural else "the default is not in it"),
+        }[source]
+        values = ", ".join(f"{symbol(axis)} = {value:g}" for axis, value in axes)
+        groups.append(f"{values} ({why})")
+    subtitle = "; ".join(groups)
+    free = [(axis, others) for axis, _, source, others in held if source != "--plot-at"]
+    if free and len(free[0][1]):
+        axis, others = free[0]
+        hint = f"--plot-at {axis}={others[0]:g} for another"
+        subtitle += f"; {hint}" if len(subtitle) + len(hint) < 80 else f"\n{hint}"
+    return Slice(configs, subtitle, varying)
+
+
+def plot_point(config) -> dict[str, float]:
+    """``config``'s ``--plot-at`` as ``{axis: value}`` (values as the grid holds them)."""
+    from jfl import checks
+
+    if not config.plot_at:
+        return {}
+    return checks.grid_point("--plot-at", config.plot_at, config.plot_axes())

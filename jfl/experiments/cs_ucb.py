@@ -22,7 +22,7 @@ import tyro
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
-from jfl.experiments.common import check_hparams, check_policies
+from jfl.experiments.common import check_hparams, check_policies, plot_point
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
@@ -236,8 +236,11 @@ GAP_CURVES = {
 }
 
 
-def plot_gap_curves(ds: xr.Dataset, folder, names, caption: str, configs=None) -> None:
-    """``<name>_vs_round.png`` for each of ``names`` (keys of ``GAP_CURVES``), with bands."""
+def plot_gap_curves(
+    ds: xr.Dataset, folder, names, caption: str, configs=None, method: str = "t"
+) -> None:
+    """``<name>_vs_round.png`` for each of ``names`` (keys of ``GAP_CURVES``), with bands
+    (``method``: their interval, ``--ci``)."""
     from jfl import plots
 
     curves = add_gap_curves(ds)
@@ -245,7 +248,10 @@ def plot_gap_curves(ds: xr.Dataset, folder, names, caption: str, configs=None) -
         variable, ylabel = GAP_CURVES[name]
         path = folder / f"{name}_vs_round.png"
         title = f"{ylabel} ({caption})"
-        plots.plot_over_rounds(curves, variable, ylabel, path, title, configs=configs)
+        plots.plot_over_rounds(
+            curves, variable, ylabel, path, title, configs=configs, method=method,
+            bounds=REGRET_BOUNDS.get(variable),
+        )  # fmt: skip
 
 
 def regret_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
@@ -476,14 +482,20 @@ class CsUcbIdeal(WirelessScenario):
     def fairness_vectors(self, configs):
         return scenario_vectors(configs, self.clients, availability=1.0)
 
+    def plot_axes(self) -> dict[str, list[float]]:
+        """N: Fig. 1's curves are at one N (5 by default, else the largest)."""
+        return {"N": sorted({float(int(n)) for n in self.N})}
+
     def figures(self, ds, summary, folder) -> None:
         from jfl import plots
 
         sizes = ds["N"].to_numpy()
         shown_n = self.fig1_channels if self.fig1_channels in sizes else int(sizes.max())
+        shown_n = int(plot_point(self).get("N", shown_n))
         tau_max = ds.attrs["tau_max"]
         caption = f"Xia Fig. 1, K={ds.sizes['client']}, N={shown_n}, τ_max = {tau_max:g} s"
-        plot_gap_curves(ds.sel(config=ds["config"][sizes == shown_n]), folder, GAP_CURVES, caption)
+        shown = ds.sel(config=ds["config"][sizes == shown_n])
+        plot_gap_curves(shown, folder, GAP_CURVES, caption, method=self.ci)
         if summary["N"].nunique() > 1:
             plots.plot_metric_vs(
                 summary,
@@ -594,9 +606,9 @@ class CsUcbQFairness(WirelessScenario):
         from jfl import plots
 
         caption = f"Xia Fig. 4, τ_max = {ds.attrs['tau_max']:g} s"
-        plot_gap_curves(ds, folder, ("cumulative_gap", "average_gap"), caption)
+        plot_gap_curves(ds, folder, ("cumulative_gap", "average_gap"), caption, method=self.ci)
         if "selected" in ds:
-            plots.plot_selection_fraction(ds, folder / "selection_fraction.png")
+            plots.plot_selection_fraction(ds, folder / "selection_fraction.png", method=self.ci)
 
 
 @dataclasses.dataclass(frozen=True)

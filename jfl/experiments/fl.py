@@ -165,7 +165,7 @@ class FlRbcsf(RbcsfScenario):
         return dataclasses.replace(plan, metadata={**plan.metadata, "data": data})
 
     def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title, ("gamma1", "learning_rate"))
+        write_figures(ds, folder, self.title, ("gamma1", "learning_rate"), method=self.ci)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +234,7 @@ class FlCsUcbIdeal(WirelessScenario):
         return regret_metrics(ds)
 
     def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title)
+        write_figures(ds, folder, self.title, method=self.ci)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +343,7 @@ class FlCsUcbQ(WirelessScenario):
         return regret_metrics(ds)
 
     def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title)
+        write_figures(ds, folder, self.title, method=self.ci)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,7 +417,7 @@ class FlCocs(HflScenario):
         )
 
     def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title)
+        write_figures(ds, folder, self.title, method=self.ci)
 
 
 def max_selected(params, budget: float) -> int:

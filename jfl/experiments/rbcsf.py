@@ -15,7 +15,14 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
-from jfl.experiments.common import check_hparams, check_policies, with_queue_rate
+from jfl.experiments.common import (
+    check_hparams,
+    check_policies,
+    figure_slice,
+    list_defaults,
+    plot_point,
+    with_queue_rate,
+)
 from jfl.trackers import fairness_queue
 
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
@@ -130,32 +137,53 @@ class VBetaGrid(RbcsfScenario):
             metadata={"note": "queue_rate: β for RBCS-F, --fairness-target for policies without β"},
         )
 
+    def plot_axes(self) -> dict[str, list[float]]:
+        """RBCS-F's β and α: the figures draw a line per V at one (β, α)."""
+        from jfl.policies import REGISTRY
+
+        # Unknown policies are refused by check_policies, after the base checks that call this.
+        specs = [REGISTRY[policy] for policy in self.policies if policy in REGISTRY]
+        used = {name for spec in specs for name in spec.hparams}
+        return {name: list(getattr(self, name)) for name in ("beta", "alpha") if name in used}
+
     def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, summary, folder)
+        write_figures(
+            ds, summary, folder, point=plot_point(self), defaults=list_defaults(self), ci=self.ci
+        )
 
 
-def write_figures(ds, summary, folder) -> None:
-    """Figs. 2–4 of the paper and, for V × β grids, heatmaps of round time and fairness."""
+# The lines of the per-round figures: RBCS-F's V, FedCS's deadline, Dirichlet-random's γ₂.
+LINES = ("V", "deadline", "gamma2")
+
+
+def write_figures(ds, summary, folder, point=None, defaults=None, ci="t") -> None:
+    """Figs. 2–4 of the paper and, for V × β grids, heatmaps of round time and fairness.
+
+    Figs. 2–4 draw a line per V (and per FedCS deadline, Dirichlet γ₂) at one (β, α) of the
+    grid: ``point``'s (``--plot-at``), else the ``defaults`` where the grid has them, else the
+    middle of the grid, named under the title. The heatmaps average over α unless ``point``
+    fixes it, and say which. ``ci``: the interval of the bands (``--ci``).
+    """
     from jfl import plots
 
+    point = dict(point or {})
+    defaults = dict(defaults or {})
     policy = ds["policy"].to_numpy()
-    rbcsf = ds["config"].to_numpy()[policy == "rbcsf"]
-    if len(rbcsf):
-        # Fig. 2: one line per V at the first (β, α) of the grid.
-        first = ds.sel(config=rbcsf)
-        same = np.ones(len(rbcsf), bool)
-        for name in ("beta", "alpha"):
-            same &= first[name].to_numpy() == first[name].to_numpy()[0]
+    if (policy == "rbcsf").any():
+        # Fig. 2: one line per V.
+        queue = figure_slice(ds, point, defaults, along=LINES, policies=("rbcsf",))
         plots.plot_over_rounds(
             ds,
             "queue_mean",
             "mean queue backlog Z",
             folder / "queue_vs_round.png",
             "RBCS-F mean queue backlog (paper Fig. 2)",
-            configs=list(rbcsf[same][:12]),
+            configs=queue.configs,
+            method=ci,
+            varying=queue.varying,
+            subtitle=queue.subtitle,
         )
-    others = list(ds["config"].to_numpy()[policy != "rbcsf"])
-    shown = list(rbcsf[:8]) + others[:6]
+    shown = figure_slice(ds, point, defaults, along=LINES)
     # Reduced on the device the cumulative time has its own band; else it is summed here.
     reduced = "cumulative_time_band" in ds
     plots.plot_over_rounds(
@@ -165,13 +193,29 @@ def write_figures(ds, summary, folder) -> None:
         folder / "cumulative_time.png",
         "Training time (paper Fig. 3)",
         cumulative=not reduced,
-        configs=shown,
+        configs=shown.configs,
+        method=ci,
+        varying=shown.varying,
+        subtitle=shown.subtitle,
     )
-    plots.plot_pull_record(ds, folder / "pull_record.png", configs=shown)
+    plots.plot_pull_record(
+        ds,
+        folder / "pull_record.png",
+        configs=shown.configs,
+        method=ci,
+        varying=shown.varying,
+        subtitle=shown.subtitle,
+    )
     grid = summary[summary["policy"] == "rbcsf"]
+    fixed = []
+    for name, value in point.items():
+        if name in grid and name not in ("V", "beta"):
+            grid = grid[np.isclose(grid[name], value, rtol=1e-9, atol=1e-12)]
+            fixed.append(f"{plots.symbol(name)} = {value:g} (--plot-at)")
     if len(grid) and grid["V"].nunique() > 1 and grid["beta"].nunique() > 1:
         for metric, title in (
             ("mean_round_time", "RBCS-F mean round time (s)"),
             ("min_selection_rate", "RBCS-F minimum selection rate"),
         ):
+            title = f"{title}\nat {', '.join(fixed)}" if fixed else title
             plots.plot_heatmap(grid, metric, "V", "beta", folder / f"heatmap_{metric}.png", title)

@@ -212,8 +212,11 @@ class FederatedTraining:
 Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
 
 
-def write_figures(ds, folder, title: str, scenario_columns=("learning_rate",)) -> None:
-    """Accuracy vs round and vs wall-clock, one figure per scenario (partition × lr)."""
+def write_figures(
+    ds, folder, title: str, scenario_columns=("learning_rate",), method: str = "t"
+) -> None:
+    """Accuracy vs round and vs wall-clock, one figure per scenario (partition × lr), every
+    configuration of the scenario a line; ``method``: the interval of the bands (``--ci``)."""
     from jfl import plots
 
     scenario = np.stack(
@@ -232,6 +235,7 @@ def write_figures(ds, folder, title: str, scenario_columns=("learning_rate",)) -
                 configs=shown,
                 title=f"{title} {label}".strip(),
                 exclude=("policy", "queue_rate", "partition", *scenario_columns),
+                method=method,
             )
 
 

@@ -138,8 +138,10 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     metadata = json.loads((out / "metadata.json").read_text())
     assert metadata["utility"] == "eq. 8 (linear)"
     assert metadata["config"]["experiment"] == "cocs_hfl"
-    # The curves: every policy at the first budget and deadline; the sweeps: every policy at
-    # every other scenario value.
+    # The curves: every policy at one budget and deadline, named under the title (the preset's
+    # 3.5 and 3 are not in the grid: its middle); the sweeps: every policy at every value.
+    at = "budget = 0.5, deadline = 2 (the middle of the grid; the defaults are not in it)"
+    at += "\n--plot-at budget=4 for another"
     curves = {"xlabel": "round", "policies": ["cocs", "oracle"]}
     sweep = {"ylabel": "cumulative utility", "policies": ["cocs", "cocs", "oracle", "oracle"]}
     check_saved_figures(
@@ -147,22 +149,22 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
         figures,
         {
             "cumulative_utility": {
-                "title": "Cumulative utility (Qu Fig. 3a)",
+                "title": f"Cumulative utility (Qu Fig. 3a)\n{at}",
                 "ylabel": "cumulative utility (eq. 8)",
                 **curves,
             },
             "cumulative_utility_sqrt": {
-                "title": "Cumulative non-convex utility (Qu Fig. 7)",
+                "title": f"Cumulative non-convex utility (Qu Fig. 7)\n{at}",
                 "ylabel": "cumulative utility (eq. 19)",
                 **curves,
             },
             "success_per_round": {
-                "title": "Successful clients per round (Qu Fig. 4b)",
+                "title": f"Successful clients per round (Qu Fig. 4b)\n{at}",
                 "ylabel": "successful clients per round",
                 **curves,
             },
             "regret": {
-                "title": "Cumulative regret against the Oracle (Qu Fig. 3b)",
+                "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}",
                 "ylabel": "regret vs Oracle",
                 "xlabel": "round",
                 "policies": ["cocs"],

@@ -163,14 +163,19 @@ def test_settings_are_what_the_sweep_computes():
 def grid_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("v_beta_grid") / "out"
     argv = [*TINY, "--out", str(out)]
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout), record_figures() as figures:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+        record_figures() as figures,
+    ):
         assert cli.main(VBetaGrid, argv, prog=PROG) == 0
     return {
         "out": out,
         "argv": argv,
         "figures": figures,
         "stdout": stdout.getvalue(),
+        "stderr": stderr.getvalue(),
         "summary": pd.read_csv(out / "summary.csv"),
         "ds": load_dataset(out / "results.nc"),
     }
@@ -206,24 +211,26 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
     assert config["eta_base"] == "2"  # η in bits; Lemma 1's constants of that environment:
     assert metadata["fixed_hparams"]["noise_scale"] == pytest.approx(19.0)
     assert json.loads((out / "manifest.json").read_text()) == config
-    policies = ["rbcsf"] * 4 + ["random", "fedcs"]
+    # One line per V at one β (the default 0.15 is not in the grid), named under the title.
+    at = "β = 0 (the middle of the grid; the default is not in it)\n--plot-at beta=0.2 for another"
+    legend = ["rbcsf V=0", "rbcsf V=50", "random", "fedcs"]
     check_saved_figures(
         out / "figures",
         grid_run["figures"],
         {
-            "queue_vs_round": {  # one line per V at the first β
-                "title": "RBCS-F mean queue backlog (paper Fig. 2)",
+            "queue_vs_round": {
+                "title": f"RBCS-F mean queue backlog (paper Fig. 2)\n{at}",
                 "xlabel": "round",
                 "ylabel": "mean queue backlog Z",
-                "legend": ["rbcsf V=0 beta=0", "rbcsf V=50 beta=0"],
+                "legend": legend[:2],
             },
             "cumulative_time": {
-                "title": "Training time (paper Fig. 3)",
+                "title": f"Training time (paper Fig. 3)\n{at}",
                 "ylabel": "cumulative training time (s)",
-                "lines": 6,
-                "policies": policies,
+                "lines": 4,
+                "legend": legend,
             },
-            "pull_record": {"title": "Pull record", "lines": 6, "policies": policies},
+            "pull_record": {"title": f"Pull record\n{at}", "lines": 4, "legend": legend},
             "heatmap_mean_round_time": {
                 "title": "RBCS-F mean round time (s)",
                 "xlabel": "V",
@@ -248,6 +255,33 @@ def test_reproduces_its_golden_run(tmp_path):
     """Every policy on the end-to-end grid reproduces the summary stored before the refactor
     (tests/golden.py); RBCS-F, Random and FedCS reuse the programs compiled above."""
     check_golden("v_beta_grid", tmp_path / "golden")
+
+
+def test_notes_few_seeds_once(grid_run):
+    """3 seeds: one line on stderr before the run says that the intervals are unreliable."""
+    note = "note: 3 seeds: intervals over fewer than 5 seeds are wide and unreliable"
+    assert grid_run["stderr"].splitlines().count(note) == 1
+    assert "note:" not in grid_run["stdout"]
+
+
+def test_redraws_its_figures_at_another_point_with_bootstrap_bands(grid_run, tmp_path):
+    """The stored results drawn again (nothing runs) with --plot-at beta=0.2 and --ci
+    bootstrap: the slice is named, the legends say Student-t (a reduced sweep keeps no runs to
+    resample), the bands stay within their bounds."""
+    argv = [*grid_run["argv"], "--plot-at", "beta=0.2", "--ci", "bootstrap"]
+    config = cli.parse(VBetaGrid, argv, prog=PROG)
+    config.check()
+    with record_figures() as figures:
+        config.figures(grid_run["ds"], grid_run["summary"], tmp_path)
+    queue = figures["queue_vs_round.png"].axes[0]
+    assert queue.get_title().endswith("\nβ = 0.2 (--plot-at)")
+    assert [t.get_text() for t in queue.get_legend().get_texts()] == ["rbcsf V=0", "rbcsf V=50"]
+    for name in ("queue_vs_round", "cumulative_time", "pull_record"):
+        ax = figures[f"{name}.png"].axes[0]
+        legend = ax.get_legend().get_title().get_text()
+        assert legend.startswith("95% Student-t bands, 3 seeds") and "not bootstrap" in legend
+        for band in ax.collections:
+            assert min(p.vertices[:, 1].min() for p in band.get_paths()) >= 0.0
 
 
 def test_prints_what_ran_and_the_summary(grid_run):
