@@ -89,6 +89,10 @@ def stats_ci(mean, variance, n: int, level: float = 0.95):
     return mean, mean - half, mean + half
 
 
+# Most values resampled at once by :func:`bootstrap_ci` (float64: 400 MB).
+BOOTSTRAP_ELEMENTS = 50_000_000
+
+
 def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int = 2000, seed=0):
     """Mean and a BCa bootstrap interval of the mean along ``axis`` (scipy.stats.bootstrap)."""
     x = np.asarray(samples, float)
@@ -105,12 +109,16 @@ def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int =
     )
     from scipy import stats
 
+    # Resamples in batches of at most BOOTSTRAP_ELEMENTS values (a band of 5000 rounds × 32
+    # seeds would otherwise hold 2000 resamples of it at once, 2.6 GB); small inputs in one.
+    batch = max(1, BOOTSTRAP_ELEMENTS // max(x.size, 1))
     res = stats.bootstrap(
         (safe,),
         np.mean,
         axis=axis,
         confidence_level=level,
         n_resamples=n_resamples,
+        batch=None if batch >= n_resamples else batch,
         rng=np.random.default_rng(seed),
         method="BCa",
     )
