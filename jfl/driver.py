@@ -40,6 +40,7 @@ EXECUTION_ONLY = (
     "resume",
     "overwrite",
     "reuse_stale",
+    "keep_chunks",
     "ci",
     "plots",
     "plot_at",
@@ -85,6 +86,9 @@ class Experiment:
     metrics [config, seed] and bands over seeds [config, round]), written chunk by chunk"""
     trajectories: bool = False
     """also store per-client per-round selections and queues"""
+    keep_chunks: bool = False
+    """keep the chunk store (chunks/) of a finished sweep; by default it is deleted once
+    results.nc is written and read back identical, so the results are on disk once"""
     ci: Literal["t", "bootstrap"] = "t"
     """interval method over seeds"""
     plots: bool = True
@@ -220,9 +224,12 @@ class Result:
     process: int = 0  # this process among a distributed sweep's (0 writes the outputs)
     chunks_computed: int = 0  # by this process
     chunks_reused: int = 0  # found finished in --out
+    disk_bytes: int = 0  # what --out holds once the sweep is written
 
     def describe(self) -> str:
         """One line for the terminal: what ran, how long, where the outputs are."""
+        from jfl.sweep import format_bytes
+
         c = self.config
         if self.process:
             return (
@@ -233,7 +240,7 @@ class Result:
             f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
             f"{self.wall_seconds:.1f} s → {self.out} ({self.chunks_computed} "
             f"chunk{'' if self.chunks_computed == 1 else 's'} computed, {self.chunks_reused} "
-            "reused)"
+            f"reused; {format_bytes(self.disk_bytes)} on disk)"
         )
 
 
@@ -376,6 +383,10 @@ def run(config: Experiment) -> Result:
     if config.seeds < FEW_SEEDS and layout.writes_outputs:
         print(few_seeds_note(config.seeds), file=sys.stderr)
     start = time.perf_counter()
+    stored = _stored_results(config, dims, keep)
+    if stored is not None:  # a finished sweep: its summary and figures again, nothing computed
+        chunks = len(list(sweep.per_run_chunks(plan.configs, plan.selection_size, size)))
+        return _rewritten(config, stored, dims, chunks, stale, layout, start)
     outputs = sweep.run_policy_grid(
         plan.env,
         plan.env_params,
@@ -402,6 +413,8 @@ def run(config: Experiment) -> Result:
         trackers=plan.trackers,
     )
     wall = time.perf_counter() - start
+    # Every process has read the chunks it needs before process 0 may delete them.
+    distributed.barrier("jfl-chunks-read", layout)
     untrained = int(np.max(outputs.get("untrained", 0)))
     if untrained:
         raise RuntimeError(
@@ -409,7 +422,7 @@ def run(config: Experiment) -> Result:
             "experiment's slot bound is wrong"
         )
 
-    ds, summary = _labelled(config, plan, outputs, dims, seeds, keep)
+    ds, summary = _summarized(config, _labelled(config, plan, outputs, dims, seeds), dims)
     counts = {"chunks_computed": store.computed, "chunks_reused": store.reused}
     if not layout.writes_outputs:
         return Result(config, ds, summary, out, wall, process=layout.index, **counts)
@@ -431,7 +444,7 @@ def run(config: Experiment) -> Result:
     metadata.update(plan.metadata)
     kept = {name: dims[name] for name in keep}
     _write_outputs(config, plan, ds, summary, metadata, store, size, kept)
-    return Result(config, ds, summary, out, wall, **counts)
+    return Result(config, ds, summary, out, wall, **counts, disk_bytes=sweep.disk_usage(out))
 
 
 def _code_objects(config: Experiment, plan: Plan) -> dict:
@@ -447,28 +460,69 @@ def _code_objects(config: Experiment, plan: Plan) -> dict:
     return objects
 
 
-def _labelled(config: Experiment, plan: Plan, outputs, dims, seeds, keep):
-    """The labelled dataset and the summary table of a finished sweep's outputs."""
+def _labelled(config: Experiment, plan: Plan, outputs, dims, seeds):
+    """The labelled dataset of a finished sweep's outputs."""
     from jfl import reduction, results
 
     if type(config).reduces_on_device:
         ds = results.to_dataset(
             outputs, plan.configs, seeds, dims=reduction.reduced_dims(dims), leading=("config",)
         )
-        if plan.finish is not None:
-            ds = plan.finish(ds)
+    else:
+        ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
+    return ds if plan.finish is None else plan.finish(ds)
+
+
+def _summarized(config: Experiment, ds, dims):
+    """The dataset with the experiment's own per-run metrics, and the summary table."""
+    from jfl import reduction, results
+
+    if type(config).reduces_on_device:
         extra = config.metrics(ds)  # the experiment's own per-run metrics [config, seed]
         ds = ds.assign(extra)
         metrics = [*reduction.run_metric_names(dims), *extra]
         summary = results.summary_table(ds, metrics, method=config.ci, bounds=config.metric_bounds)
         return ds, summary
-    ds = results.to_dataset(outputs, plan.configs, seeds, dims=dims)
-    if plan.finish is not None:
-        ds = plan.finish(ds)
     summary = results.summarize(
         ds, method=config.ci, metrics=config.metrics, bounds=config.metric_bounds
     )
     return ds, summary
+
+
+def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, start) -> Result:
+    """The result of a finished sweep from its results file: the summary (at this run's
+    ``--ci``) and the figures written again; reused stale results noted in ``metadata.json``."""
+    from jfl import sweep
+
+    out = Path(config.out)
+    ds, summary = _summarized(config, stored, dims)
+    if layout.writes_outputs:
+        summary.to_csv(out / "summary.csv", index=False)
+        _write_figures(config, ds, summary)
+        if stale:
+            metadata = json.loads((out / "metadata.json").read_text())
+            metadata["reused_stale"] = {"changes": stale, "chunks_reused": chunks}
+            (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+    wall = time.perf_counter() - start
+    disk = sweep.disk_usage(out)
+    return Result(config, ds, summary, out, wall, layout.index, 0, chunks, disk)
+
+
+def _stored_results(config: Experiment, dims, keep):
+    """The dataset of the finished sweep ``--out`` holds in ``results.nc`` alone (its chunks
+    deleted once it was verified), as a run computes it in memory; None where there is none or
+    it lacks the per-run values asked for (the sweep is then computed again)."""
+    from jfl import results, sweep
+
+    out = Path(config.out)
+    if not (out / "results.nc").exists() or sweep.ChunkStore(out).finished():
+        return None
+    ds = results.load_dataset(out / "results.nc")
+    if not all(name in ds for name in keep):
+        return None
+    if type(config).reduces_on_device:  # every run's values stay in the file
+        ds = ds.drop_vars([name for name, d in dims.items() if d and name in ds])
+    return ds
 
 
 def _write_outputs(config, plan, ds, summary, metadata, store, size, kept) -> None:
@@ -482,11 +536,18 @@ def _write_outputs(config, plan, ds, summary, metadata, store, size, kept) -> No
         chunks = list(sweep.per_run_chunks(plan.configs, plan.selection_size, size))
         per_run = results.PerRun(kept, chunks, store.load_per_run)
     results.write_dataset(ds, out / "results.nc", metadata, per_run=per_run)
+    results.verify_dataset(ds, out / "results.nc", per_run=per_run)
     if kept:
         store.remove_per_run()  # they are in results.nc now: one copy on disk
     summary.to_csv(out / "summary.csv", index=False)
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+    _write_figures(config, ds, summary)
+    if not config.keep_chunks:
+        store.remove()  # everything is in results.nc, read back identical
+
+
+def _write_figures(config: Experiment, ds, summary) -> None:
     if config.plots:
-        folder = out / "figures"
+        folder = Path(config.out) / "figures"
         folder.mkdir(parents=True, exist_ok=True)
         config.figures(ds, summary, folder)

@@ -267,3 +267,26 @@ def load_dataset(path) -> xr.Dataset:
     """Open a results file written by a sweep (loads it into memory)."""
     with xr.open_dataset(path, engine="h5netcdf") as ds:
         return ds.load()
+
+
+def verify_dataset(ds: xr.Dataset, path, per_run: PerRun | None = None) -> None:
+    """Raise ``RuntimeError`` unless the results file at ``path`` holds ``ds``'s variables with
+    their values (NaNs alike) and, with ``per_run``, every run's values as the chunk store holds
+    them (read back one chunk and one output at a time)."""
+    import h5netcdf
+
+    kept = tuple(per_run.dims) if per_run is not None else ()
+    with xr.open_dataset(path, engine="h5netcdf", drop_variables=kept) as stored:
+        for name, variable in ds.variables.items():
+            if name not in stored.variables or not variable.equals(stored[name].variable):
+                raise RuntimeError(f"{path} does not hold {name} as computed")
+    if per_run is None:
+        return
+    with h5netcdf.File(path, "r") as f:
+        for name in per_run.dims:
+            boolean = f[name].attrs.get("dtype") == "bool"
+            for label, index, start, stop in per_run.chunks:
+                values = per_run.load(label, index, name)
+                stored = f[name][start:stop]
+                if not np.array_equal(stored.astype(bool) if boolean else stored, values, True):
+                    raise RuntimeError(f"{path} does not hold {name} of chunk {label}/{index}")

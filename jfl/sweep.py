@@ -36,6 +36,8 @@ from jfl.policies import get as get_policy
 
 MANIFEST = "manifest.json"
 CHUNK_DIR = "chunks"
+# The files a finished sweep writes beside its manifest (and figures/).
+OUTPUTS = ("results.nc", "results.nc.tmp", "summary.csv", "metadata.json")
 
 # Set to stop a running sweep at its next chunk boundary (KeyboardInterrupt there, after the
 # finished chunks are written): what the command line's Ctrl-C handler does, in case the
@@ -198,18 +200,25 @@ def check_chunk_fits(chunk: int, num_seeds: int, per_run_bytes: int, auto: bool)
         ways.insert(0, "a smaller --memory-budget" if auto else "a smaller --chunk-size")
     raise ValueError(
         f"--seeds {num_seeds}: {IN_FLIGHT} chunks in flight of {chunk} configuration(s) × "
-        f"{num_seeds} seeds need about {_bytes(need)} ({_bytes(per_run_bytes)} a run), more than "
-        f"the {_bytes(free)} free on {jax.local_devices()[0].platform.upper()}; "
+        f"{num_seeds} seeds need about {format_bytes(need)} ({format_bytes(per_run_bytes)} a "
+        f"run), more than the {format_bytes(free)} free on "
+        f"{jax.local_devices()[0].platform.upper()}; "
         f"use {' or '.join(ways)}"
     )
 
 
-def _bytes(count: float) -> str:
+def format_bytes(count: float) -> str:
+    """``1.2 MB``: decimal units, three significant digits."""
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if count < 1000 or unit == "TB":
             return f"{count:.3g} {unit}"
         count /= 1000
     return f"{count:.3g} TB"
+
+
+def disk_usage(folder: Path) -> int:
+    """Bytes of every file under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
 def chunk_bounds(num_configs: int, max_size: int, devices: int = 1) -> list[tuple[int, int]]:
@@ -304,6 +313,10 @@ class ChunkStore:
     def load_per_run(self, label: str, index: int, name: str) -> np.ndarray:
         """One per-run array of a chunk, memory-mapped."""
         return np.load(self.per_run_path(label, index) / f"{name}.npy", mmap_mode="r")
+
+    def remove(self) -> None:
+        """Delete every chunk (of a sweep whose results file holds them all, verified)."""
+        shutil.rmtree(self.root / CHUNK_DIR, ignore_errors=True)
 
     def remove_per_run(self) -> None:
         """Delete every chunk's per-run values (once they are in the results file)."""
@@ -449,7 +462,11 @@ def prepare_out_dir(
         raise ValueError(
             f"--out {out} holds chunks but no {MANIFEST}; pass --overwrite to start again"
         )
+    # A new sweep (or --overwrite): nothing of an earlier one may pass for its results.
     shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
+    shutil.rmtree(out / "figures", ignore_errors=True)
+    for name in OUTPUTS:
+        (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return []

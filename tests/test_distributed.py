@@ -230,7 +230,7 @@ def test_a_killed_sweep_resumes_to_the_same_result(single, tmp_path):
     assert any(p.returncode == -signal.SIGKILL for p in procs)
     assert not (out / "summary.csv").exists()
     stored = chunk.stat().st_mtime_ns
-    finish(launch(out, ["--chunk-size", "1", "--resume"], processes=2))
+    finish(launch(out, ["--chunk-size", "1", "--resume", "--keep-chunks"], processes=2))
     assert chunk.stat().st_mtime_ns == stored  # not computed again
     same_outputs(single, out)
 
@@ -254,7 +254,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_resumes_bit_identically(single, tm
     assert stderr.splitlines()[-1] == line and "Traceback" not in stderr
     assert stdout == "" and 1 <= kept < 3
     stored = chunk.stat().st_mtime_ns
-    (again,) = finish(launch(out, ["--chunk-size", "1"]))
+    (again,) = finish(launch(out, ["--chunk-size", "1", "--keep-chunks"]))
     computed = "1 chunk" if kept == 2 else "2 chunks"
     assert f"({computed} computed, {kept} reused)" in again
     assert chunk.stat().st_mtime_ns == stored

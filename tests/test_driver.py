@@ -103,7 +103,8 @@ def test_new_experiment_runs_with_its_own_metric_and_figure(first_run):
     np.testing.assert_allclose(np.concatenate(points), summary["max_rate_violation"])
     for name in ("summary.csv", "results.nc", "metadata.json", "manifest.json"):
         assert (out / name).is_file()
-    assert len(list((out / "chunks" / "random").glob("*.npz"))) == 2
+    # results.nc read back identical, the chunk store is gone: the results are on disk once.
+    assert not (out / "chunks").exists()
 
 
 def test_new_experiment_has_a_command_line(first, capsys):
@@ -148,7 +149,10 @@ def test_same_settings_reuse_the_directory(first):
     assert _chunks(first.out) == before
     assert (first.chunks_computed, first.chunks_reused) == (2, 0)
     assert (again.chunks_computed, again.chunks_reused) == (0, 2)
-    assert again.describe().endswith("(0 chunks computed, 2 reused)")
+    disk = sum(p.stat().st_size for p in first.out.rglob("*") if p.is_file())
+    assert disk == again.disk_bytes and not (first.out / "chunks").exists()
+    kilobytes = f"{disk / 1000:.3g} kB"
+    assert again.describe().endswith(f"(0 chunks computed, 2 reused; {kilobytes} on disk)")
     _assert_same(first, again)
     assert (first.out / "summary.csv").read_bytes() == csv
 
@@ -158,10 +162,11 @@ def test_other_settings_are_refused_unless_overwrite(first, tmp_path):
     shutil.copytree(first.out, out)
     other = RandomFairness(target=(0.3,), out=str(out), chunk_size="1", quiet=True, plots=False)
     refused = r"other settings \(.*target: was \[0.2, 0.4\], now \[0.3\]"
+    stored = (out / "results.nc").read_bytes()
     with pytest.raises(ValueError, match=refused):
         driver.run(other)
-    assert _chunks(out) == _chunks(first.out)  # untouched
-    replaced = driver.run(dataclasses.replace(other, overwrite=True))
+    assert (out / "results.nc").read_bytes() == stored  # untouched
+    replaced = driver.run(dataclasses.replace(other, overwrite=True, keep_chunks=True))
     assert list(replaced.summary["target"]) == [0.3]
     assert len(_chunks(out)) == 1
 
@@ -257,6 +262,46 @@ def test_interrupted_sweep_completes_bit_identically(
     monkeypatch.undo()
     kept = _chunks(out)
     assert list(kept) == ["chunk_000000.npz"]
-    resumed = driver.run(config)
+    assert not (out / "results.nc").exists()
+    resumed = driver.run(dataclasses.replace(config, keep_chunks=True))
+    assert (resumed.chunks_computed, resumed.chunks_reused) == (1, 1)
     assert _chunks(out).items() >= kept.items()  # the first chunk was not computed again
+    assert len(_chunks(out)) == 2  # --keep-chunks: the store stays beside results.nc
     _assert_same(first, resumed)
+
+
+def test_results_file_that_does_not_read_back_keeps_the_chunks(first, tmp_path, monkeypatch):
+    """The chunk store goes only once results.nc reads back identical: a file that does not
+    (a failing disk, say) stops the sweep with the chunks kept, and the same command rewrites it."""
+    from jfl import results
+
+    out = tmp_path / "run"
+    config = dataclasses.replace(first.config, out=str(out))
+    write = results.write_dataset
+
+    def corrupt(ds, path, *args, **kwargs):
+        write(ds.assign(round_time=ds["round_time"] + 1), path, *args, **kwargs)
+
+    monkeypatch.setattr(results, "write_dataset", corrupt)
+    with pytest.raises(RuntimeError, match="does not hold round_time as computed"):
+        driver.run(config)
+    assert len(_chunks(out)) == 2
+    monkeypatch.undo()
+    again = driver.run(config)
+    assert (again.chunks_computed, again.chunks_reused) == (0, 2)
+    assert not (out / "chunks").exists()
+    _assert_same(first, again)
+
+
+def test_a_new_sweep_removes_the_outputs_of_the_one_it_replaces(first, tmp_path, monkeypatch):
+    """--overwrite interrupted before its first chunk: the old results.nc is not taken for the
+    new sweep's (it is deleted when the new sweep starts)."""
+    out = tmp_path / "run"
+    shutil.copytree(first.out, out)
+    other = dataclasses.replace(first.config, out=str(out), target=(0.3,), overwrite=True)
+    monkeypatch.setattr(
+        sweep, "run_policy_grid", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        driver.run(other)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]

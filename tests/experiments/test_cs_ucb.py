@@ -667,11 +667,11 @@ def test_running_again_reuses_the_directory_and_other_settings_are_refused(fairn
     """The same command (or --resume) recomputes nothing and reproduces the outputs; another β
     into the same --out exits 2 naming the difference."""
     out, argv = fairness_run["out"], fairness_run["argv"]
-    chunks = {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")}
-    assert chunks
+    written = (out / "results.nc").stat().st_mtime_ns
+    assert not (out / "chunks").exists()  # all in results.nc
     for flags in ([], ["--resume"]):
         assert cli.main(CsUcbQFairness, [*argv, *flags, "--no-plots"], prog="prog") == 0
-        assert {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")} == chunks
+        assert (out / "results.nc").stat().st_mtime_ns == written  # nothing computed again
         pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), fairness_run["summary"])
         resumed = load_dataset(out / "results.nc")
         np.testing.assert_array_equal(resumed["set_reward"], fairness_run["ds"]["set_reward"])
@@ -684,4 +684,4 @@ def test_running_again_reuses_the_directory_and_other_settings_are_refused(fairn
     line = cli_fails(CsUcbQFairness, [*argv, "--beta", "0.5", "--no-plots"], capsys)
     assert f"--out {out} holds a sweep with other settings" in line
     assert "beta: was [0.001, 0.1], now [0.5]" in line
-    assert {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")} == chunks
+    assert (out / "results.nc").stat().st_mtime_ns == written

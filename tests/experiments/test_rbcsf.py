@@ -248,7 +248,7 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
         rbcsf = summary[summary.policy == "rbcsf"]
         grid = rbcsf.pivot_table(index="beta", columns="V", values=metric)
         np.testing.assert_allclose(image.get_array(), grid.to_numpy(), rtol=1e-6)
-    assert len(list((out / "chunks" / "rbcsf").glob("*.npz"))) == 2
+    assert not (out / "chunks").exists()  # all in results.nc, read back identical
 
 
 def test_reproduces_its_golden_run(tmp_path):
@@ -299,14 +299,16 @@ def test_running_again_reuses_the_directory(grid_run, flags, capsys):
     """The same command (with or without --resume) recomputes nothing and gives the same results;
     the plots flag is not a setting."""
     out = grid_run["out"]
-    chunks = {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")}
+    written = (out / "results.nc").stat().st_mtime_ns
     assert cli.main(VBetaGrid, [*grid_run["argv"], *flags, "--no-plots"], prog=PROG) == 0
-    assert {p: p.stat().st_mtime_ns for p in (out / "chunks").rglob("*.npz")} == chunks
+    assert (out / "results.nc").stat().st_mtime_ns == written  # read, not computed again
     reloaded = load_dataset(out / "results.nc")
     for name in ("round_time_band", "selection_count_band", "mean_round_time"):
         np.testing.assert_array_equal(reloaded[name], grid_run["ds"][name])
     pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), grid_run["summary"])
-    assert capsys.readouterr().out.startswith("6 configurations × 3 seeds × 20 rounds")
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("6 configurations × 3 seeds × 20 rounds")
+    assert re.search(r"\(0 chunks computed, \d+ reused; [\d.]+ kB on disk\)$", line)
 
 
 def test_other_settings_into_the_same_out_are_refused_unless_overwrite(grid_run, tmp_path, capsys):
@@ -319,9 +321,10 @@ def test_other_settings_into_the_same_out_are_refused_unless_overwrite(grid_run,
         assert f"--out {out} holds a sweep with other settings" in line
         assert "V: was [0.0, 50.0], now [0.0, 20.0]" in line and "--overwrite" in line
     assert (out / "manifest.json").read_text() == manifest
-    assert len(list((out / "chunks").rglob("*.npz"))) == 4
+    assert (out / "results.nc").read_bytes() == (grid_run["out"] / "results.nc").read_bytes()
 
     # --overwrite replaces it (one cheap policy, to compile little).
+    argv += ["--keep-chunks"]
     assert cli.main(VBetaGrid, [*argv, "--policies", "random", "--overwrite"], prog=PROG) == 0
     capsys.readouterr()
     assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["random"]
