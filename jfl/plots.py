@@ -16,6 +16,8 @@ seed count.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,22 +29,24 @@ from jfl.stats import INTERVALS, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, sta
 
 # Interval methods by name, as legends say them.
 INTERVAL_NAMES = {"t": "Student-t", "bootstrap": "bootstrap"}
-# Hyperparameters as titles write them.
-SYMBOLS = {
-    "alpha": "α",
-    "beta": "β",
-    "gamma1": "γ₁",
-    "gamma2": "γ₂",
-    "lam": "λ",
-    "rho": "ρ",
-}
 # Most lines a figure draws; beyond, an evenly spaced selection that its title announces.
 MAX_LINES = 16
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def symbol(name: str) -> str:
-    """How a figure writes hyperparameter ``name``: ``beta`` → ``β``."""
-    return SYMBOLS.get(name, name)
+    """How a figure writes hyperparameter ``name``: a Greek letter's name as the letter, with
+    trailing digits as subscripts (``beta`` → ``β``, ``gamma2`` → ``γ₂``); other names as
+    they are."""
+    match = re.fullmatch(r"([a-z]+)(\d*)", name)
+    if match is None:
+        return name
+    try:
+        spelled = match[1].upper().replace("LAMBDA", "LAMDA")  # Unicode's spelling
+        letter = unicodedata.lookup(f"GREEK SMALL LETTER {spelled}")
+    except KeyError:
+        return name
+    return letter + match[2].translate(_SUBSCRIPTS)
 
 
 def format_values(values, most: int = 6) -> str:

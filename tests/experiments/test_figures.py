@@ -207,5 +207,7 @@ def test_plot_at_takes_repeated_flags_and_commas(capsys, tmp_path):
 
 def test_symbols_and_values_as_titles_write_them():
     assert plots.symbol("beta") == "β" and plots.symbol("V") == "V"
+    assert plots.symbol("gamma2") == "γ₂" and plots.symbol("lambda") == "λ"
+    assert plots.symbol("h_T") == "h_T" and plots.symbol("lam") == "lam"  # not a letter's name
     assert plots.format_values([0.05, 0.1, 0.2]) == "{0.05, 0.1, 0.2}"
     assert plots.format_values(range(11)) == "{0, 1, …, 10} (11 values)"
