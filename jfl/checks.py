@@ -25,6 +25,16 @@ def describe_range(low, high, low_open: bool = False, high_open: bool = False) -
 INT32_MAX = 2**31 - 1
 
 
+# The most clients an environment may have: its per-client arrays must fit one device (jfl's
+# largest measured P4 selection is 10⁶ clients); what fits is then checked from the shapes.
+MAX_CLIENTS = 10**7
+
+
+def clients(name: str, value) -> int:
+    """A number of clients: an integer in [1, ``MAX_CLIENTS``]."""
+    return integer(name, value, 1, MAX_CLIENTS)
+
+
 def integer(name: str, value, low: int = 1, high: int | None = None, high_name: str = "") -> int:
     """An integer ≥ ``low`` (and ≤ ``high``: ``high_name`` names where that bound comes from;
     never above ``INT32_MAX``, where the device's counters would overflow)."""

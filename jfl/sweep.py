@@ -32,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
 from jfl.distributed import SINGLE, Layout, barrier
+from jfl.kernels.selection import SMALL_POOL_MAX
 from jfl.policies import get as get_policy
 
 MANIFEST = "manifest.json"
@@ -144,7 +145,9 @@ def bytes_per_run(
     outputs = 4 * 4 * num_rounds + 8 * num_clients
     if trajectories:
         outputs += 5 * num_rounds * num_clients
-    working = 4 * (24 * num_clients + 8 * num_clients**2 + 2 * num_clients * selection_size)
+    # Pairwise ranks (O(N²)) up to SMALL_POOL_MAX clients, sorting (O(N)) above.
+    pairwise = num_clients * min(num_clients, SMALL_POOL_MAX)
+    working = 4 * (24 * num_clients + 8 * pairwise + 2 * num_clients * selection_size)
     return 2 * (outputs + working)  # ×2: double-buffered outputs and XLA temporaries
 
 
@@ -195,7 +198,7 @@ def check_chunk_fits(chunk: int, num_seeds: int, per_run_bytes: int, auto: bool)
     free = free_memory()
     if free is None or need <= free:
         return
-    ways = ["fewer --seeds or --rounds"]
+    ways = ["fewer --seeds, --rounds or clients"]
     if chunk > 1:
         ways.insert(0, "a smaller --memory-budget" if auto else "a smaller --chunk-size")
     raise ValueError(

@@ -148,6 +148,7 @@ def test_an_out_that_cannot_be_written_is_one_line(capsys, tmp_path):
         # an int32 counter or shape would overflow
         (["--rounds", "99999999999"], "--rounds must be at most 2147483647 (the device counts "),
         (["--seeds", "2147483648"], "--seeds must be at most 2147483647"),
+        (["--clients", "20000000"], "--clients must be an integer in [1, 10000000], got 20000000"),
         # fits int32, not memory: the figure and the way out, before compiling
         (
             ["--seeds", "100000000"],

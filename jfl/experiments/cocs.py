@@ -110,7 +110,7 @@ class HflScenario(Experiment):
 
     def check(self) -> None:
         super().check()
-        checks.integer("--clients", self.clients)
+        checks.clients("--clients", self.clients)
         checks.integer("--servers", self.servers, 1, self.clients, "--clients")
         for name, values in (("--budget", self.budget), ("--deadline", self.deadline)):
             if values is not None:

@@ -325,7 +325,7 @@ class WirelessScenario(Experiment):
 
     def check(self) -> None:
         super().check()
-        checks.integer("--clients", self.clients)
+        checks.clients("--clients", self.clients)
         checks.positive("--tau-max", self.tau_max)
         checks.integer("--coherence-slots", self.coherence_slots)
         check_policies(self.policies, self.environment, self.trains)

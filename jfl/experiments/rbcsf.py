@@ -57,7 +57,7 @@ class RbcsfScenario(Experiment):
 
     def check(self) -> None:
         super().check()
-        checks.integer("--clients", self.clients)
+        checks.clients("--clients", self.clients)
         checks.integer("--m", self.m, 1, self.clients, "--clients")
         checks.in_range("--p-available", self.p_available, 0.0, 1.0)
         check_policies(self.policies, self.environment, self.trains)
