@@ -258,7 +258,7 @@ POLICY_FOR_WIRELESS = "policy 'rbcsf' reads ['context'], which environment 'wire
         ("ideal", ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
         ("ideal", ["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
         ("ideal", ["--rounds", "0"], "--rounds must be an integer >= 1, got 0"),
-        ("ideal", ["--clients", "0"], "--clients must be an integer >= 1, got 0"),
+        ("ideal", ["--clients", "0"], "--clients must be an integer in [1, 10000000], got 0"),
         ("ideal", ["--mc-samples", "0"], "--mc-samples must be an integer >= 1, got 0"),
         ("ideal", ["--policies", "cs_ucb,magic"], "--policies: unknown policy 'magic'"),
         ("ideal", ["--policies", "rbcsf"], f"--policies: {POLICY_FOR_WIRELESS}"),

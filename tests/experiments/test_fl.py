@@ -148,7 +148,7 @@ def test_mnist_data_dir_missing_files_or_directory(experiment, capsys, tmp_path)
     [
         (FlRbcsf, ["--m", "9"], "--m must be an integer in [1, --clients=8], got 9"),
         (FlRbcsf, ["--m", "0"], "--m must be an integer in [1, --clients=8], got 0"),
-        (FlRbcsf, ["--clients", "0"], "--clients must be an integer >= 1"),
+        (FlRbcsf, ["--clients", "0"], "--clients must be an integer in [1, 10000000]"),
         (FlRbcsf, ["--gamma1", "0"], "--gamma1: must be > 0 (or 'iid'), got 0.0"),
         (FlRbcsf, ["--gamma1", "-1"], "--gamma1: must be > 0 (or 'iid')"),
         (FlRbcsf, ["--gamma1", "nan"], "--gamma1: must be > 0 (or 'iid')"),
@@ -174,7 +174,7 @@ def test_mnist_data_dir_missing_files_or_directory(experiment, capsys, tmp_path)
         (FlRbcsf, ["--samples-per-client", "many"], "--samples-per-client"),
         (FlCsUcbIdeal, ["--N", "0"], "--N must be an integer in [1, --clients=6], got 0"),
         (FlCsUcbIdeal, ["--N", "7"], "--N must be an integer in [1, --clients=6], got 7"),
-        (FlCsUcbIdeal, ["--clients", "0"], "--clients must be an integer >= 1"),
+        (FlCsUcbIdeal, ["--clients", "0"], "--clients must be an integer in [1, 10000000]"),
         (FlCsUcbIdeal, ["--tau-max", "0"], "--tau-max must be in (0, inf), got 0.0"),
         (FlCsUcbIdeal, ["--policies", "cocs"], "--policies: policy 'cocs' reads"),
         (FlCsUcbIdeal, ["--policies", "local_accuracy,magic"], "unknown policy 'magic'"),

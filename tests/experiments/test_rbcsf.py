@@ -73,7 +73,7 @@ def _fails(argv, capsys) -> str:
         (["--seeds", "x"], "--seeds"),
         (["--rounds", "0"], "--rounds must be an integer >= 1, got 0"),
         (["--base-seed", "-1"], "--base-seed must be an integer >= 0, got -1"),
-        (["--clients", "0"], "--clients must be an integer >= 1, got 0"),
+        (["--clients", "0"], "--clients must be an integer in [1, 10000000], got 0"),
         (["--p-available", "1.5"], "--p-available must be in [0, 1], got 1.5"),
         (["--p-available", "-0.1"], "--p-available must be in [0, 1], got -0.1"),
         (["--fairness-target", "2"], "--fairness-target must be in [0, 1], got 2.0"),
