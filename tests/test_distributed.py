@@ -256,6 +256,6 @@ def test_ctrl_c_prints_one_line_exits_130_and_resumes_bit_identically(single, tm
     stored = chunk.stat().st_mtime_ns
     (again,) = finish(launch(out, ["--chunk-size", "1", "--keep-chunks"]))
     computed = "1 chunk" if kept == 2 else "2 chunks"
-    assert f"({computed} computed, {kept} reused)" in again
+    assert f"({computed} computed, {kept} reused;" in again
     assert chunk.stat().st_mtime_ns == stored
     same_outputs(single, out)
