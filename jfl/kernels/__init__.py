@@ -11,6 +11,12 @@ from jfl.kernels.ridge import (
     ridge_update,
     upper_confidence_bound,
 )
+from jfl.kernels.sampling import (
+    capped_inclusion,
+    gumbel_top_k,
+    sample_with_replacement,
+    systematic_sample,
+)
 from jfl.kernels.selection import divide_and_conquer, p4_objective, selection_count, topk_mask
 from jfl.kernels.ucb import ArmStats, arm_stats_init, arm_stats_update, ucb_bonus, ucb_index
 
@@ -23,13 +29,17 @@ __all__ = [
     "arm_stats_update",
     "assignment_value",
     "budgeted_assignment",
+    "capped_inclusion",
     "divide_and_conquer",
+    "gumbel_top_k",
     "lower_confidence_bound",
     "p4_objective",
     "ridge_estimate",
     "ridge_init",
     "ridge_update",
+    "sample_with_replacement",
     "selection_count",
+    "systematic_sample",
     "topk_mask",
     "ucb_bonus",
     "ucb_index",
