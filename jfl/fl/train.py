@@ -183,10 +183,13 @@ def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
     """Per-client signals of the model ``params`` on each client's own samples.
 
     ``local_accuracy`` f[N]: the fraction of client n's samples the model classifies correctly;
-    ``local_loss`` f[N]: their mean softmax cross-entropy. This is what a client can measure when
-    it receives the global model (it holds no other data): Xia §V-B's "local test accuracy" of
-    the local-accuracy baseline. A client without samples gets accuracy 1 and loss 0 (nothing
-    left to learn there), so policies that favour low accuracy or high loss rank it last.
+    ``local_loss`` f[N]: their mean softmax cross-entropy; ``local_loss_sq`` f[N]: the mean of
+    its square (Oort's statistical utility, from the same forward pass); ``data_size`` f[N]: how
+    many samples client n holds (n_i, the p_i ∝ n_i of the sampling-based methods). This is
+    what a client can measure when it receives the global model (it holds no other data):
+    Xia §V-B's "local test accuracy" of the local-accuracy baseline. A client without samples
+    gets accuracy 1 and losses 0 (nothing left to learn there), so policies that favour low
+    accuracy or high loss rank it last.
 
     The samples of all clients go through the model in batches of at most ``EVAL_BATCH``;
     padding is excluded, and the per-client sums are elementwise halvings, so the values do not
@@ -220,6 +223,8 @@ def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
     return {
         "local_accuracy": jnp.where(has_data, pairwise_sum(correct) / denominator, 1.0),
         "local_loss": jnp.where(has_data, pairwise_sum(losses) / denominator, 0.0),
+        "local_loss_sq": jnp.where(has_data, pairwise_sum(losses**2) / denominator, 0.0),
+        "data_size": count.astype(jnp.float32),
     }
 
 

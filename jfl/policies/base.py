@@ -40,7 +40,7 @@ from jfl.checks import describe_range, in_range
 
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
-LEARNER_SIGNALS = ("local_accuracy", "local_loss")
+LEARNER_SIGNALS = ("local_accuracy", "local_loss", "local_loss_sq", "data_size")
 
 
 class Policy(NamedTuple):

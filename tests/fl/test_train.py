@@ -778,12 +778,13 @@ def test_local_steps_with_a_batch_beyond_the_data_are_gradient_descent():
 # 13. Per-client signals of the global model on the clients' own data
 
 
-def numpy_signals(params, x, y, counts):
-    """Accuracy and mean cross-entropy of the linear model on each client's real samples, in
-    float64; a client without samples: accuracy 1, loss 0."""
+def numpy_signals(params, x, y, counts, squares=False):
+    """Accuracy and mean cross-entropy (with ``squares`` also the mean of its square) of the
+    linear model on each client's real samples, in float64; a client without samples: accuracy
+    1, losses 0."""
     w = np.asarray(params["Dense_0"]["kernel"], np.float64)
     b = np.asarray(params["Dense_0"]["bias"], np.float64)
-    accuracy, loss = np.ones(len(counts)), np.zeros(len(counts))
+    accuracy, loss, loss_sq = np.ones(len(counts)), np.zeros(len(counts)), np.zeros(len(counts))
     for c, n in enumerate(counts):
         if n == 0:
             continue
@@ -791,15 +792,19 @@ def numpy_signals(params, x, y, counts):
         z -= z.max(axis=1, keepdims=True)
         log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
         accuracy[c] = np.mean(z.argmax(axis=1) == y[c, :n])
-        loss[c] = -log_p[np.arange(n), y[c, :n]].mean()
-    return accuracy, loss
+        per_sample = -log_p[np.arange(n), y[c, :n]]
+        loss[c], loss_sq[c] = per_sample.mean(), (per_sample**2).mean()
+    return (accuracy, loss, loss_sq) if squares else (accuracy, loss)
 
 
-def assert_signals_close(signals, accuracy, loss, counts):
+def assert_signals_close(signals, accuracy, loss, counts, loss_sq=None):
     got_accuracy = np.asarray(signals["local_accuracy"])
     # float32 vs float64 logits: at most a near-tie may flip one sample.
     assert np.all(np.abs(got_accuracy - accuracy) < 1.5 / np.maximum(counts, 1)), got_accuracy
     np.testing.assert_allclose(np.asarray(signals["local_loss"]), loss, **TOL)
+    np.testing.assert_array_equal(np.asarray(signals["data_size"]), counts)
+    if loss_sq is not None:
+        np.testing.assert_allclose(np.asarray(signals["local_loss_sq"]), loss_sq, **TOL)
 
 
 @pytest.fixture(scope="module")
@@ -813,13 +818,15 @@ def test_local_signals_match_numpy(signals_fn, seed):
     partly beyond the data), with a client without samples."""
     data, params, _, _ = random_instance(seed, 3)
     counts = np.asarray(data.count[0])
-    accuracy, loss = numpy_signals(params, data.x[0], data.y[0], counts)
+    accuracy, loss, loss_sq = numpy_signals(params, data.x[0], data.y[0], counts, squares=True)
     assert N * 300 > EVAL_BATCH
     for padded in (data, pad(data, 300)):
         signals = signals_fn(params, padded)
-        assert_signals_close(signals, accuracy, loss, counts)
+        assert_signals_close(signals, accuracy, loss, counts, loss_sq)
         assert float(signals["local_accuracy"][seed % N]) == 1.0
         assert float(signals["local_loss"][seed % N]) == 0.0
+        assert float(signals["local_loss_sq"][seed % N]) == 0.0
+    assert np.all(loss_sq >= loss**2)  # Jensen: the signal is not the square of the mean
     # The clients differ, so a value landing on the wrong client would show.
     assert len(np.unique(loss[counts > 0])) == np.sum(counts > 0)
 
@@ -830,7 +837,7 @@ def test_learner_signals_are_the_global_models_on_the_configurations_partition()
     counts = [COUNTS, (2, 8, 5, 1, 0)]
     data = make_data(counts, seed=5)
     learner = _learner(**{**DEFAULTS, "num_servers": 2})
-    assert set(learner.provides) == {"local_accuracy", "local_loss"}
+    assert set(learner.provides) == {"local_accuracy", "local_loss", "local_loss_sq", "data_size"}
     other = random_params(2)
     state = as_state(PARAMS, other)
     mean = jax.tree.map(lambda a, b: (a.astype(np.float64) + b) / 2, PARAMS, other)
