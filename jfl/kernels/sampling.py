@@ -39,9 +39,11 @@ def gumbel_top_k(key: jax.Array, logits: jax.Array, available: jax.Array, k) -> 
     chex.assert_rank([logits, available], 1)
     chex.assert_equal_shape([logits, available])
     noise = jax.random.gumbel(key, logits.shape, jnp.float32)
-    # A zero-probability client ranks below every positive one, then by its own noise.
-    scores = jnp.where(jnp.isneginf(logits), noise - 1e30, logits + noise)
-    return topk_mask(scores, available, k)
+    positive = available & ~jnp.isneginf(logits)
+    drawn = topk_mask(jnp.where(positive, logits + noise, 0.0), positive, k)
+    # Zero-probability clients only once the others run out, in the order of their own noise.
+    left = jnp.asarray(k, jnp.int32) - jnp.sum(drawn, dtype=jnp.int32)
+    return drawn | topk_mask(noise, available & ~positive, left)
 
 
 def capped_inclusion(weights: jax.Array, m) -> jax.Array:

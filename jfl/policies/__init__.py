@@ -13,7 +13,8 @@ Families (implementation modules, private):
 * the COCS family (Qu et al.): ``cocs``, ``oracle``, ``linucb``, ``cucb``, ``random_budget``, and
   their variants ``cocs_lookahead``, ``oracle_context``, ``oracle_state``, ``cucb_pairs``,
   ``linucb_pairs`` (see the docs' reproduction report for who should use which);
-* ``local_accuracy``, which reads a federated learner's per-client signal.
+* ``local_accuracy``, which reads a federated learner's per-client signal;
+* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice).
 """
 
 from jfl.policies._baselines import dirichlet_random, fedcs, random
@@ -34,6 +35,7 @@ from jfl.policies._cocs import (
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
 from jfl.policies._local_accuracy import local_accuracy
+from jfl.policies._power_of_choice import pow_d
 from jfl.policies._rbcsf import lemma1_alpha, rbcsf
 from jfl.policies.base import (
     LEARNER_SIGNALS,
@@ -85,6 +87,7 @@ __all__ = [
     "oracle",
     "oracle_context",
     "oracle_state",
+    "pow_d",
     "random",
     "random_budget",
     "random_feasible_decision",
