@@ -14,9 +14,11 @@ Families (implementation modules, private):
   their variants ``cocs_lookahead``, ``oracle_context``, ``oracle_state``, ``cucb_pairs``,
   ``linucb_pairs`` (see the docs' reproduction report for who should use which);
 * ``local_accuracy``, which reads a federated learner's per-client signal;
-* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice).
+* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice), ``afl``
+  (Active Federated Learning).
 """
 
+from jfl.policies._afl import afl
 from jfl.policies._baselines import dirichlet_random, fedcs, random
 from jfl.policies._cocs import (
     cocs,
@@ -65,6 +67,7 @@ __all__ = [
     "Policy",
     "PolicySpec",
     "TieBreakState",
+    "afl",
     "check_selection_size",
     "check_signals",
     "cocs",
