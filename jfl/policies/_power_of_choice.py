@@ -6,7 +6,9 @@ clients is drawn without replacement with probability ∝ p_k (p_k = n_k/Σn, th
 candidates receive the global model and report their local loss F_k(w), and the m candidates
 with the highest loss are selected; the global model is the plain average of their updates
 (biased on purpose). The first round has no losses to rank: m clients drawn ∝ p. d = 2m unless
-given (the paper's K = 100, m = 3 runs use d ∈ {6, 9, 15}).
+given (the paper's K = 100, m = 3 runs use d ∈ {6, 9, 15}). adapow-d, the paper's schedule
+that trades the bias for speed early only, is the option ``switch``: d = N before that round
+(SPEC §10: the first half of the rounds), then d = m.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ class PowerOfChoiceState(NamedTuple):
     round: jax.Array  # i32[]  rounds selected so far
 
 
-def candidate_count(d, selection_size: int, k):
-    """How many candidates a round draws: ``d`` (0: 2m, the default), at least the ``k``
+def candidate_count(hparams, num_clients: int, selection_size: int, k, round_index):
+    """How many candidates a round draws: ``d`` (0: 2m, the default), or with adapow-d's
+    schedule (``switch`` > 0) N before round ``switch`` and m from it on; at least the ``k``
     clients it selects."""
-    d = jnp.where(d > 0, d, 2 * selection_size)
+    d = jnp.where(hparams["d"] > 0, hparams["d"], 2 * selection_size)
+    adaptive = jnp.where(round_index < hparams["switch"], num_clients, selection_size)
+    d = jnp.where(hparams["switch"] > 0, adaptive, d)
     return jnp.maximum(jnp.asarray(d).astype(jnp.int32), k)
 
 
@@ -55,7 +60,7 @@ def pow_d(num_clients: int, selection_size: int) -> Policy:
         logits = jnp.log(obs.data_size.astype(jnp.float32))  # log p_k + const; -inf: no data
         k = selection_count(obs.available, selection_size)
         first = gumbel_top_k(k_first, logits, obs.available, k)
-        d = candidate_count(hparams["d"], selection_size, k)
+        d = candidate_count(hparams, num_clients, selection_size, k, state.round)
         candidates = gumbel_top_k(k_candidates, logits, obs.available, d)
         chosen = topk_mask(obs.local_loss, candidates, k, state.priority)
         return jnp.where(state.round == 0, first, chosen)
@@ -71,7 +76,12 @@ register(
     PolicySpec(
         "pow_d",
         pow_d,
-        {"d": HParam(0.0, 0.0, help="candidates d drawn ∝ data share (0: 2m)")},
+        {
+            "d": HParam(0.0, 0.0, help="candidates d drawn ∝ data share (0: 2m)"),
+            "switch": HParam(
+                0.0, 0.0, help="adapow-d: d = N before this round, m from it (0: off, fixed d)"
+            ),
+        },
         "Power-of-Choice: of d candidates drawn ∝ data share, the m with the highest local loss",
         requires=("available", "data_size", "local_loss"),
     )

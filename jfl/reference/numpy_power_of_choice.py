@@ -24,15 +24,20 @@ def successive_draw(noise, data_size, available, count) -> list[int]:
 
 
 def pow_d_numpy(
-    noise_first, noise_candidates, data_size, local_loss, available, m, d, priority, round_index
-) -> np.ndarray:
-    """One round of pow-d: bool[N]. ``d`` 0 means 2m; round 0 draws the m clients ∝ p."""
+    noise_first, noise_candidates, data_size, local_loss, available, m, d, priority, round_index,
+    switch=0,
+) -> np.ndarray:  # fmt: skip
+    """One round of pow-d: bool[N]. ``d`` 0 means 2m; with ``switch`` > 0 (adapow-d) d is N
+    before round ``switch`` (0-based, as ``round_index``) and m from it; round 0 draws the m
+    clients ∝ p."""
     n = len(available)
     k = min(m, int(np.sum(available)))
     selected = np.zeros(n, bool)
     if round_index == 0:
         selected[successive_draw(noise_first, data_size, available, k)] = True
         return selected
+    if switch > 0:
+        d = n if round_index < switch else m
     count = max(int(d) if d > 0 else 2 * m, k)
     candidates = successive_draw(noise_candidates, data_size, available, count)
     ranked = sorted(candidates, key=lambda i: (-np.float32(local_loss[i]), priority[i]))

@@ -34,33 +34,36 @@ def instances(seed: int):
     d = rng.choice([0, 1, 2, 3, 5, 9], size=INSTANCES).astype(np.float32)
     rounds = rng.choice([0, 1, 5], size=INSTANCES).astype(np.int32)
     priority = np.stack([rng.permutation(N) for _ in range(INSTANCES)]).astype(np.int32)
-    return available, data_size.astype(np.float32), loss.astype(np.float32), d, rounds, priority
+    # adapow-d on a third of the instances: its switch before, at or after the round.
+    switch = np.where(rng.uniform(size=INSTANCES) < 1 / 3, rng.choice([1, 5, 6], INSTANCES), 0)
+    data_size, loss = data_size.astype(np.float32), loss.astype(np.float32)
+    return available, data_size, loss, d, rounds, priority, switch.astype(np.float32)
 
 
 @pytest.fixture(scope="module")
 def select():
     policy = pow_d(N, M)
 
-    def one(key, state, available, data_size, loss, d):
+    def one(key, state, available, data_size, loss, d, switch):
         obs = LearnerObservation(Obs(available), {"data_size": data_size, "local_loss": loss})
-        return policy.select(key, state, obs, {"d": d})
+        return policy.select(key, state, obs, {"d": d, "switch": switch})
 
     return jax.jit(jax.vmap(one))
 
 
 @pytest.mark.parametrize("seed", range(2))
 def test_pow_d_matches_numpy(select, seed):
-    available, data_size, loss, d, rounds, priority = instances(seed)
+    available, data_size, loss, d, rounds, priority, switch = instances(seed)
     keys = jax.random.split(jax.random.key(100 + seed), INSTANCES)
     state = PowerOfChoiceState(jnp.asarray(priority), jnp.asarray(rounds))
-    got = np.asarray(select(keys, state, available, data_size, loss, d))
+    got = np.asarray(select(keys, state, available, data_size, loss, d, switch))
     for i in range(INSTANCES):
         k_first, k_candidates = jax.random.split(keys[i])
         noise = [
             np.asarray(jax.random.gumbel(k, (N,), jnp.float32)) for k in (k_first, k_candidates)
         ]
         want = pow_d_numpy(*noise, data_size[i], loss[i], available[i], M, d[i], priority[i],
-                           rounds[i])  # fmt: skip
+                           rounds[i], switch[i])  # fmt: skip
         np.testing.assert_array_equal(got[i], want, err_msg=f"instance {i}")
         assert not np.any(got[i] & ~available[i])
         assert got[i].sum() == min(M, available[i].sum())
@@ -74,12 +77,16 @@ def test_pow_d_ranks_by_loss_among_its_candidates(select):
     loss = np.arange(N, dtype=np.float32)[None]
     state = PowerOfChoiceState(jnp.arange(N, dtype=jnp.int32)[None], jnp.ones(1, jnp.int32))
     keys = jax.random.split(jax.random.key(0), 1)
-    got = np.asarray(select(keys, state, available, data_size, loss, np.full(1, N, np.float32)))
+    zero = np.zeros(1, np.float32)
+    got = np.asarray(select(keys, state, available, data_size, loss, zero + N, zero))
     np.testing.assert_array_equal(np.flatnonzero(got[0]), [N - 2, N - 1])
 
 
 def test_pow_d_needs_a_learner():
     spec = get("pow_d")
-    assert spec.signals == ("data_size", "local_loss") and spec.defaults() == {"d": 0.0}
+    assert spec.signals == ("data_size", "local_loss") and spec.defaults() == {
+        "d": 0.0,
+        "switch": 0.0,
+    }
     with pytest.raises(ValueError, match="only a federated learner computes"):
         make_run(RbcsfEnv(), RbcsfEnv().default_params(num_clients=N), pow_d(N, M), 5)
