@@ -13,6 +13,8 @@ from jfl.kernels.ridge import (
 )
 from jfl.kernels.sampling import (
     capped_inclusion,
+    clustered_buckets,
+    draw_per_bucket,
     gumbel_top_k,
     sample_with_replacement,
     systematic_sample,
@@ -30,7 +32,9 @@ __all__ = [
     "assignment_value",
     "budgeted_assignment",
     "capped_inclusion",
+    "clustered_buckets",
     "divide_and_conquer",
+    "draw_per_bucket",
     "gumbel_top_k",
     "lower_confidence_bound",
     "p4_objective",

@@ -9,7 +9,9 @@ Three laws, one instance each (callers ``vmap``):
   systematic sampling on a random order of the clients), for the methods whose aggregation
   weights 1/(m·π_i) need the true π (E3CS, DELTA); ``capped_inclusion`` turns weights into such
   π (π = min(1, λw), Σπ = m, as Exp3.M caps its probabilities).
-* ``sample_with_replacement``: m independent draws ∝ p, as a multiplicity per client.
+* ``sample_with_replacement``: m independent draws ∝ p, as a multiplicity per client;
+* ``clustered_buckets`` and ``draw_per_bucket``: clustered sampling's m distributions (Fraboni
+  et al., ICML 2021, Algorithm 1), one client drawn from each, as a multiplicity per client.
 """
 
 from __future__ import annotations
@@ -117,3 +119,37 @@ def sample_with_replacement(key: jax.Array, logits: jax.Array, m: int) -> jax.Ar
     chex.assert_rank(logits, 1)
     draws = jax.random.categorical(key, logits, shape=(m,))
     return jnp.zeros(logits.shape, jnp.int32).at[draws].add(1)
+
+
+def clustered_buckets(p: jax.Array, m: int) -> jax.Array:
+    """Clustered sampling's m distributions over the clients (Fraboni, Vidal, Kameni and
+    Lorenzi, ICML 2021, Algorithm 1): the clients in decreasing p (ties by index) pour their mass
+    m·p_i, in turn, into m buckets of mass 1, each filled before the next. Client i's mass in
+    bucket k is the overlap of [m·P_{<i}, m·P_{≤i}) with [k, k + 1) (P cumulated in that order),
+    so every bucket is a distribution and a client's total over the buckets is m·p_i: one draw
+    from each bucket includes i m·p_i times in expectation (unbiased aggregation with 1/m).
+
+    Args:
+      p: f[N] the clients' shares, summing to 1.
+      m: number of buckets (a static int: it is a shape).
+
+    Returns:
+      f[m, N] r[k, i], each row summing to 1.
+    """
+    chex.assert_rank(p, 1)
+    order = jnp.argsort(-p, stable=True)
+    end = m * jnp.cumsum(p[order])
+    end = end * (m / end[-1])  # float error: the last client ends the last bucket
+    start = jnp.concatenate([jnp.zeros(1, end.dtype), end[:-1]])
+    k = jnp.arange(m, dtype=end.dtype)[:, None]
+    overlap = jnp.clip(jnp.minimum(end, k + 1) - jnp.maximum(start, k), 0.0, None)
+    return jnp.zeros_like(overlap).at[:, order].set(overlap)
+
+
+def draw_per_bucket(key: jax.Array, buckets: jax.Array) -> jax.Array:
+    """One client from each bucket's distribution (rows of ``buckets``, f[m, N]), independently:
+    how many times each client was drawn, i32[N] summing to m."""
+    chex.assert_rank(buckets, 2)
+    logits = jnp.log(buckets)
+    draws = jax.random.categorical(key, logits, axis=-1)
+    return jnp.zeros(buckets.shape[1], jnp.int32).at[draws].add(1)

@@ -19,6 +19,8 @@ import pytest
 
 from jfl.kernels.sampling import (
     capped_inclusion,
+    clustered_buckets,
+    draw_per_bucket,
     gumbel_top_k,
     sample_with_replacement,
     systematic_sample,
@@ -52,6 +54,20 @@ def capped_numpy(w: np.ndarray, m: float) -> np.ndarray:
         if not over.any():
             return np.where(capped, 1.0, np.minimum(scale * w, 1.0))
         capped |= over
+
+
+def clustered_numpy(p: np.ndarray, m: int) -> np.ndarray:
+    """Pour each client's mass m·p_i, in decreasing p, into m buckets of mass 1 (a plain loop)."""
+    buckets, k, room = np.zeros((m, len(p))), 0, 1.0
+    for i in sorted(range(len(p)), key=lambda i: (-p[i], i)):
+        mass = m * p[i]
+        while mass > 1e-9 and k < m:
+            put = min(mass, room)
+            buckets[k, i] += put
+            mass, room = mass - put, room - put
+            if room <= 1e-9:
+                k, room = k + 1, 1.0
+    return buckets
 
 
 def assert_frequencies(draws: np.ndarray, expected: np.ndarray) -> None:
@@ -140,3 +156,30 @@ def test_sample_with_replacement_counts_m_draws_proportional_to_p(p):
     assert counts.dtype == np.int32 and (counts.sum(axis=1) == m).all()
     error = np.sqrt(m * p * (1 - p) / R)
     np.testing.assert_array_less(np.abs(counts.mean(axis=0) - m * p), Z_MAX * error)
+
+
+def test_clustered_buckets_match_the_plain_pouring():
+    rng = np.random.default_rng(7)
+    shares = rng.gamma(rng.uniform(0.1, 2.0, size=(100, 1)), size=(100, N))
+    shares[:5] = 1.0  # equal shares, and one client holding almost everything
+    shares[5] = [50.0, 1, 1, 1, 1, 1]
+    shares /= shares.sum(axis=1, keepdims=True)
+    got = np.asarray(jax.jit(jax.vmap(clustered_buckets, in_axes=(0, None)), static_argnums=1)(
+        jnp.asarray(shares, jnp.float32), K))  # fmt: skip
+    for p, buckets in zip(shares, got, strict=True):
+        np.testing.assert_allclose(buckets, clustered_numpy(p, K), atol=2e-6)
+        np.testing.assert_allclose(buckets.sum(axis=1), 1.0, rtol=1e-5)  # each a distribution
+        np.testing.assert_allclose(buckets.sum(axis=0), K * p, atol=2e-6)  # unbiased
+
+
+def test_draw_per_bucket_is_unbiased(p):
+    buckets = clustered_buckets(jnp.asarray(p, jnp.float32), K)
+    draw = jax.jit(jax.vmap(draw_per_bucket, in_axes=(0, None)))
+    counts = np.asarray(draw(keys(8), buckets))
+    assert counts.dtype == np.int32 and (counts.sum(axis=1) == K).all()
+    r = np.asarray(buckets, np.float64)
+    error = np.sqrt((r * (1 - r)).sum(axis=0) / R)
+    np.testing.assert_array_less(np.abs(counts.mean(axis=0) - K * p), Z_MAX * error + 1e-12)
+    # A bucket that one client fills alone always yields that client.
+    full = (r > 1 - 1e-6).sum(axis=0)
+    assert full.any() and (counts >= full).all()
