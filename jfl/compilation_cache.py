@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from importlib import metadata
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -46,7 +45,9 @@ def cache_root() -> Path:
 
 def cache_dir(root: Path | None = None, code: str | None = None) -> Path:
     """The cache directory for this jfl source (``code``: its hash) and this JAX."""
-    versions = "-".join(_version(name) for name in ("jax", "jaxlib"))
+    from jfl.provenance import version
+
+    versions = "-".join(version(name) or "none" for name in ("jax", "jaxlib"))
     return (root or cache_root()) / f"xla-{versions}-{code or source_hash()}"
 
 
@@ -77,10 +78,3 @@ def hits() -> int:
 def _count_hit(event: str, **_) -> None:
     if event == "/jax/compilation_cache/cache_hits":
         _hits["count"] += 1
-
-
-def _version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "none"

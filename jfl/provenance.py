@@ -27,21 +27,19 @@ import inspect
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-
-# Fields of the fingerprint that are compared on reuse (the others are a record).
-COMPARED = ("jfl", "jax", "jaxlib", "package_source", "external")
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _version(package: str) -> str | None:
+def version(package: str) -> str | None:
+    """The installed version of ``package``, None if it is not installed."""
     try:
         return importlib_metadata.version(package)
     except importlib_metadata.PackageNotFoundError:
@@ -112,21 +110,20 @@ def source_hash(obj) -> str:
     return _sha(text.encode())
 
 
-def code_fingerprint(objects: Mapping[str, object] | Iterable = ()) -> dict:
+def code_fingerprint(objects: Mapping[str, object]) -> dict:
     """What determines a sweep's numbers (see the module's docstring). ``objects``: what the
     sweep runs, by role (e.g. ``{"policy random": spec.build, "environment": env}``); those
     defined outside the package are hashed by their source."""
-    items = objects.items() if isinstance(objects, Mapping) else ((None, o) for o in objects)
     external = {
-        role or qualified_name(obj): {"name": qualified_name(obj), "source": source_hash(obj)}
-        for role, obj in items
+        role: {"name": qualified_name(obj), "source": source_hash(obj)}
+        for role, obj in objects.items()
         if obj is not None and is_external(obj)
     }
     commit, diff = git_state()
     return {
-        "jfl": _version("jfl"),
-        "jax": _version("jax"),
-        "jaxlib": _version("jaxlib"),
+        "jfl": version("jfl"),
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
         "package_source": package_source(),
         "git_commit": commit,
         "package_diff": diff,
@@ -170,7 +167,7 @@ def run_metadata(settings: Mapping, wall_seconds: float | None = None) -> dict:
     commit, diff = git_state()
     return {
         "config": dict(settings),
-        "versions": {package: _version(package) for package in packages},
+        "versions": {package: version(package) for package in packages},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "git_commit": commit,

@@ -166,22 +166,28 @@ def auto_chunk_size(
     return round_up(size, devices)
 
 
-def device_memory_budget(fraction: float = 0.5) -> int | None:
-    """``fraction`` of the free memory of this process's first device, in bytes; None where the
-    device reports no memory statistics (the CPU)."""
+def _device_free() -> int | None:
+    """Bytes free on this process's first device, None where it reports no memory statistics
+    (the CPU)."""
     stats = jax.local_devices()[0].memory_stats() or {}
     if "bytes_limit" not in stats:
         return None
-    return int(fraction * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+
+
+def device_memory_budget(fraction: float = 0.5) -> int | None:
+    """``fraction`` of the free memory of this process's first device, in bytes; None where the
+    device reports no memory statistics (the CPU)."""
+    free = _device_free()
+    return None if free is None else int(fraction * free)
 
 
 def free_memory() -> int | None:
     """Bytes free on this process's first device: an accelerator's own memory, the host's
     available memory for the CPU (Linux's MemAvailable); None where neither is known."""
-    device = jax.local_devices()[0]
-    stats = device.memory_stats() or {}
-    if "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    free = _device_free()
+    if free is not None:
+        return free
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):

@@ -4,23 +4,18 @@ their ranges (none set aside, all of them, no uniform slot, only uniform slots).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jfl.envs.wireless import Observation
 from jfl.policies import LearnerObservation, afl, get
 from jfl.policies._afl import AflState
 from jfl.reference.numpy_afl import afl_numpy, afl_valuation
 
 N, M = 8, 3
 INSTANCES = 300
-
-
-class Obs(NamedTuple):
-    available: jax.Array
 
 
 def instances(seed: int):
@@ -47,7 +42,7 @@ def test_afl_matches_numpy(policy, seed):
 
     def one(key, valuation, available, alpha):
         hparams = {"alpha1": alpha[0], "alpha2": alpha[1], "alpha3": alpha[2]}
-        obs = LearnerObservation(Obs(available), {})
+        obs = LearnerObservation(Observation(available), {})
         return policy.select(key, AflState(valuation), obs, hparams)
 
     keys = jax.random.split(jax.random.key(200 + seed), INSTANCES)
@@ -64,7 +59,9 @@ def test_afl_values_the_clients_it_selected(policy):
     valuation = np.where(rng.uniform(size=N) < 0.5, np.inf, 5.0).astype(np.float32)
     selected = rng.uniform(size=N) < 0.5
     size, loss = rng.integers(0, 40, N).astype(np.float32), rng.uniform(0, 3, N).astype(np.float32)
-    obs = LearnerObservation(Obs(jnp.ones(N, bool)), {"data_size": size, "local_loss": loss})
+    obs = LearnerObservation(
+        Observation(jnp.ones(N, bool)), {"data_size": size, "local_loss": loss}
+    )
     got = policy.update(AflState(jnp.asarray(valuation)), obs, jnp.asarray(selected), None, {})
     np.testing.assert_array_equal(got.valuation, afl_valuation(valuation, selected, size, loss))
     assert np.isinf(policy.init(jax.random.key(0), {}).valuation).all()

@@ -4,14 +4,13 @@ tied losses, d = 0 (2m), d < m, d beyond N; and its refusal without a learner.""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jfl.envs import RbcsfEnv
+from jfl.envs.wireless import Observation
 from jfl.policies import LearnerObservation, get, pow_d
 from jfl.policies._power_of_choice import PowerOfChoiceState
 from jfl.reference.numpy_power_of_choice import pow_d_numpy
@@ -19,10 +18,6 @@ from jfl.runner import make_run
 
 N, M = 7, 2
 INSTANCES = 300
-
-
-class Obs(NamedTuple):
-    available: jax.Array
 
 
 def instances(seed: int):
@@ -45,7 +40,9 @@ def select():
     policy = pow_d(N, M)
 
     def one(key, state, available, data_size, loss, d, switch):
-        obs = LearnerObservation(Obs(available), {"data_size": data_size, "local_loss": loss})
+        obs = LearnerObservation(
+            Observation(available), {"data_size": data_size, "local_loss": loss}
+        )
         return policy.select(key, state, obs, {"d": d, "switch": switch})
 
     return jax.jit(jax.vmap(one))
