@@ -27,7 +27,13 @@ import numpy as np
 
 from jfl.envs import ENVIRONMENTS
 from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
-from jfl.policies.base import LearnerObservation, Policy, check_signals
+from jfl.policies.base import (
+    ROUND_SIGNALS,
+    LearnerObservation,
+    Policy,
+    Selection,
+    check_signals,
+)
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 from jfl.trackers import TRACKERS, Tracker
 
@@ -182,11 +188,16 @@ def make_run(
     learner signals (``Policy.signals``, e.g. each client's local accuracy) gets them, computed
     from the learner's model before each selection, in a ``LearnerObservation``; other policies
     get the environment's observation and cost no evaluation. Such a policy without a learner
-    that computes its signals is refused here, before anything compiles.
+    that computes its signals is refused here, before anything compiles. The round signals
+    (``ROUND_SIGNALS``, e.g. the participants' training loss) reach the policy's ``update``,
+    which runs after the round's training. A policy may return a ``jfl.policies.Selection``:
+    the environment sees its clients, the learner weighs their updates by its weights.
     """
     eval_every = _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every)
     signals = tuple(getattr(policy, "signals", ()))
     check_signals(signals, learner)
+    before = tuple(name for name in signals if name not in ROUND_SIGNALS)
+    after = tuple(name for name in signals if name in ROUND_SIGNALS)
     trackers = tuple(trackers)
     dims = output_dims(
         env, learner=learner is not None, trajectories=trajectories, trackers=trackers
@@ -203,7 +214,8 @@ def make_run(
         num_clients = obs.available.shape[0]
         training, k_train = None, None
         if learner is not None:
-            k_model, k_train = jax.random.split(k_learn[0])
+            # split(·, 3)[:2] == split(·, 2): the probe keys change no earlier draw.
+            k_model, k_train, k_probe = jax.random.split(k_learn[0], 3)
             training = _initial_training(learner.init(k_model, data, hparams))
         carry = Carry(
             obs=obs,
@@ -215,16 +227,17 @@ def make_run(
         )
 
         def one_round(carry: Carry, xs) -> tuple[Carry, dict]:
-            k_select, k_step, t, *k_train_t = xs
-            seen = carry.obs
+            k_select, k_step, t, *k_learner = xs
+            seen, values = carry.obs, {}
             if signals:
-                values = learner.signals(carry.training.model, data, hparams)
-                seen = LearnerObservation(carry.obs, {name: values[name] for name in signals})
-            action = policy.select(k_select, carry.policy_state, seen, hparams)
+                if before:
+                    model = carry.training.model
+                    values = learner.signals(k_learner[1], model, data, hparams, before)
+                seen = LearnerObservation(carry.obs, values)
+            action, weight = _split(policy.select(k_select, carry.policy_state, seen, hparams))
             action = action & carry.obs.available  # a policy bug must not leak into metrics
             next_obs, env_state, feedback = env.step(k_step, carry.env_state, action, params)
             chex.assert_shape(feedback.round_time, ())
-            policy_state = policy.update(carry.policy_state, seen, action, feedback, hparams)
             # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
             selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
             tracked = tuple(
@@ -239,11 +252,16 @@ def make_run(
             }
             training = carry.training
             if training is not None:
-                training, learned = _train_round(
-                    learner, training, k_train_t[0], action, env.delivered(action, feedback),
+                delivered = env.delivered(action, feedback)
+                training, learned, round_signals = _train_round(
+                    learner, training, k_learner[0], action, delivered, weight,
                     feedback.round_time, t, data, hparams,
                 )  # fmt: skip
                 per_round.update(learned)
+                if after:
+                    after_round = {name: round_signals[name] for name in after}
+                    seen = LearnerObservation(carry.obs, {**values, **after_round})
+            policy_state = policy.update(carry.policy_state, seen, action, feedback, hparams)
             if trajectories:
                 per_round.update(selected=selected, **_recorded(trackers, tracked, "trace"))
             count = carry.count + selected
@@ -256,7 +274,7 @@ def make_run(
         if learner is None:
             carry, recorded = jax.lax.scan(one_round, carry, xs)
         else:
-            xs = (*xs, jax.random.split(k_train, num_rounds))
+            xs = (*xs, jax.random.split(k_train, num_rounds), jax.random.split(k_probe, num_rounds))
             carry, recorded = _scan_with_evaluation(
                 one_round, carry, xs, learner, data, num_rounds, eval_every
             )
@@ -309,16 +327,31 @@ def _recorded(trackers, tracked, method: str) -> dict[str, jax.Array]:
     return values
 
 
-def _train_round(learner, training: Training, key, action, delivered, round_time, t, data, hp):
+def _split(choice):
+    """(bool selection, aggregation weights or None) of what a policy's ``select`` returned."""
+    if isinstance(choice, Selection):
+        return choice.clients, choice.weight
+    return choice, None
+
+
+def _train_round(learner, training: Training, key, action, delivered, weight, round_time, t,
+                 data, hp):  # fmt: skip
     """One round of federated training: the selected clients train, the delivered models are
-    aggregated, the simulated clock advances by the round time."""
-    model, learned = learner.step(key, training.model, action, delivered, t, data, hp)
+    aggregated (weighted by the policy's ``weight`` when it gives them), the simulated clock
+    advances by the round time. Returns the training carry, the per-round outputs and the
+    round signals."""
+    if weight is not None:
+        weight = jnp.where(action, weight, 0.0)
+        model, learned = learner.step(key, training.model, action, delivered, t, data, hp, weight)
+    else:
+        model, learned = learner.step(key, training.model, action, delivered, t, data, hp)
     training = Training(
         model=model,
         clock=training.clock + round_time,
         untrained=training.untrained + learned["untrained"],
     )
-    return training, {"wall_clock": training.clock, "num_delivered": learned["num_delivered"]}
+    outputs = {"wall_clock": training.clock, "num_delivered": learned["num_delivered"]}
+    return training, outputs, {name: learned[name] for name in ROUND_SIGNALS if name in learned}
 
 
 def _scan_with_evaluation(one_round, carry: Carry, xs, learner, data, num_rounds, eval_every):

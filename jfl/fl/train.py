@@ -40,6 +40,8 @@ from jfl.kernels.reduce import pairwise_sum
 from jfl.policies.base import LEARNER_SIGNALS
 
 AGGREGATIONS = ("data_size", "uniform")
+# The signals ``local_signals`` computes in one pass over every client's samples.
+FULL_PASS_SIGNALS = frozenset({"local_accuracy", "local_loss", "local_loss_sq", "data_size"})
 EVAL_BATCH = 1024  # test samples per forward pass when evaluating
 
 
@@ -67,11 +69,14 @@ class Learner(NamedTuple):
     """Pure functions the runner calls (optax style); see ``make_learner``."""
 
     init: Callable[..., LearnerState]  # init(key, data, hparams)
-    step: Callable[..., tuple[LearnerState, dict]]  # step(key, state, action, delivered, t, ...)
+    # step(key, state, action, delivered, t, data, hparams, weight=None) -> (state, metrics):
+    # metrics hold num_delivered, untrained and the round signals (``ROUND_SIGNALS``, f[N]).
+    step: Callable[..., tuple[LearnerState, dict]]
     evaluate: Callable[..., dict]  # evaluate(state, data) -> {"accuracy", "test_loss"}
     num_servers: int
-    # signals(state, data, hparams) -> {name: f[N]}: per-client signals of the current global
-    # model that policies may read (``Policy.signals``); ``provides`` names them.
+    # signals(key, state, data, hparams, names) -> {name: f[N]}: the per-client signals
+    # ``names`` of the current global model that policies may read (``Policy.signals``);
+    # ``provides`` names every signal the learner computes, the round signals included.
     signals: Callable[..., dict] | None = None
     provides: tuple[str, ...] = ()
 
@@ -126,7 +131,29 @@ def local_sgd(
     samples than the batch uses all of them. ``epochs`` is then not used.
 
     Either way a client without samples keeps ``params``. ``client``, ``partition`` and
-    ``learning_rate`` may be traced.
+    ``learning_rate`` may be traced. ``local_training`` also gives the training loss.
+    """
+    options = dict(epochs=epochs, batch_size=batch_size, partition=partition, steps=steps)
+    return local_training(apply_fn, params, data, client, key, learning_rate, **options)[0]
+
+
+def local_training(
+    apply_fn,
+    params,
+    data: FederatedData,
+    client,
+    key,
+    learning_rate,
+    *,
+    epochs: int,
+    batch_size: int,
+    partition=0,
+    steps: int | None = None,
+):
+    """``(model, train_loss)``: ``local_sgd``'s model and the mean, over the SGD steps that
+    moved it, of each step's minibatch loss before the step (0 for a client without samples;
+    Power-of-Choice's rpow-d ranks clients by it). The loss is a by-product of the gradient's
+    forward pass; XLA drops it when the caller does not use it.
     """
     num_positions = data.mask.shape[2]
     mask = data.mask[partition, client]
@@ -136,14 +163,14 @@ def local_sgd(
         params, opt_state = carry
         x = data.x[partition, client, positions]
         y = data.y[partition, client, positions]
-        grads = jax.grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
+        loss, grads = jax.value_and_grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
         updates, new_opt_state = optimizer.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         # A batch of padding only (clients with little data) leaves the model untouched.
         keep = jnp.any(valid)
         params = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_params, params)
         opt_state = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_opt_state, opt_state)
-        return params, opt_state
+        return (params, opt_state), (loss, keep)
 
     start = (params, optimizer.init(params))
     if steps is not None:
@@ -153,10 +180,10 @@ def local_sgd(
 
         def one_step(carry, k_step):
             positions = shuffled_positions(k_step, mask)[:width]
-            return descend(carry, positions, mask[positions]), None
+            return descend(carry, positions, mask[positions])
 
-        (params, _), _ = jax.lax.scan(one_step, start, jax.random.split(key, steps))
-        return params
+        (params, _), losses = jax.lax.scan(one_step, start, jax.random.split(key, steps))
+        return params, _mean_loss(*losses)
 
     num_batches, padded = batch_plan(num_positions, batch_size)
 
@@ -170,13 +197,36 @@ def local_sgd(
         def minibatch(carry, b):
             positions = jax.lax.dynamic_slice_in_dim(order, b * batch_size, batch_size)
             valid = jax.lax.dynamic_slice_in_dim(slots_valid, b * batch_size, batch_size)
-            return descend(carry, positions, valid), None
+            return descend(carry, positions, valid)
 
-        carry, _ = jax.lax.scan(minibatch, carry, jnp.arange(num_batches))
-        return carry, None
+        return jax.lax.scan(minibatch, carry, jnp.arange(num_batches))
 
-    (params, _), _ = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
-    return params
+    (params, _), losses = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
+    return params, _mean_loss(*losses)
+
+
+def _mean_loss(losses, moved):
+    """The mean of ``losses`` over the steps that ``moved`` the model (0 if none did)."""
+    losses, moved = losses.reshape(-1), moved.reshape(-1)
+    total = pairwise_sum(jnp.where(moved, losses, 0.0))
+    return total / jnp.maximum(jnp.sum(moved), 1)
+
+
+def minibatch_loss(apply_fn, params, data: FederatedData, key, batch_size: int, partition=0):
+    """f[N]: each client's mean loss of ``params`` on ``batch_size`` of its samples drawn
+    uniformly without replacement (all of them when it holds fewer; 0 without samples): the
+    cheap estimate of ``local_loss`` that Power-of-Choice's cpow-d ranks by. Client n's draw
+    comes from ``fold_in(key, n)``, so it does not depend on the other clients."""
+    _, num_clients, num_positions = data.mask.shape
+    width = min(batch_size, num_positions)
+
+    def one(client):
+        mask = data.mask[partition, client]
+        positions = shuffled_positions(jax.random.fold_in(key, client), mask)[:width]
+        x, y = data.x[partition, client, positions], data.y[partition, client, positions]
+        return masked_loss(apply_fn, params, x, y, mask[positions])
+
+    return jax.vmap(one)(jnp.arange(num_clients))
 
 
 def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
@@ -303,6 +353,7 @@ def make_learner(
     aggregation: str = "data_size",
     global_every: int = 1,
     local_steps: int | None = None,
+    probe_batch: int | None = None,
 ) -> Learner:
     """FedAvg (or hierarchical FedAvg with ``num_servers`` edge servers) for the runner.
 
@@ -312,12 +363,21 @@ def make_learner(
     it are not trained and are counted in ``untrained``, so a sweep can refuse such a run; set
     it to the policy's largest possible selection (m for top-m policies) to avoid training empty
     slots. Traced hyperparameters: ``learning_rate``, and ``partition`` (index into the data's
-    leading axis, default 0). ``signals`` gives the global model's ``local_signals``.
+    leading axis, default 0). ``signals`` gives the global model's ``local_signals`` and its
+    ``minibatch_loss`` on ``probe_batch`` samples (default: ``batch_size``); ``step`` gives each
+    participant's ``train_loss``.
     """
     slots = num_clients if slots is None else slots
+    probe_batch = batch_size if probe_batch is None else probe_batch
     options = dict(epochs=epochs, batch_size=batch_size, slots=slots, num_clients=num_clients)
     options.update(num_servers=num_servers, aggregation=aggregation, global_every=global_every)
     check_learner_options(**options, local_steps=local_steps)
+    if (
+        not isinstance(probe_batch, int | np.integer)
+        or isinstance(probe_batch, bool)
+        or probe_batch < 1
+    ):
+        raise ValueError(f"probe_batch must be an integer >= 1, got {probe_batch!r}")
 
     def apply_fn(params, x):
         return model.apply({"params": params}, x)
@@ -329,7 +389,7 @@ def make_learner(
         return LearnerState(edge_params=edge)
 
     train = jax.vmap(
-        lambda params, client, key, lr, partition, data: local_sgd(
+        lambda params, client, key, lr, partition, data: local_training(
             apply_fn,
             params,
             data,
@@ -344,11 +404,17 @@ def make_learner(
         in_axes=(0, 0, 0, None, None, None),
     )
 
-    def step(key, state: LearnerState, action, delivered, t, data: FederatedData, hparams):
+    def step(
+        key, state: LearnerState, action, delivered, t, data: FederatedData, hparams, weight=None
+    ):
         """One round: train the selected clients, aggregate the delivered models.
 
         ``action`` bool[N] or bool[N, M] (client → edge server), ``delivered`` bool[N] (the
         client's model reached its server before the deadline), ``t`` the 1-based round.
+        ``weight`` f[N] (a policy's ``jfl.policies.Selection``): each delivered client's update
+        θ_k − w moves its server's model by that weight, unnormalised, instead of the
+        ``aggregation`` average. Metrics: ``num_delivered``, ``untrained``, and ``train_loss``
+        f[N] (``local_training``'s, 0 for clients not trained this round).
         """
         selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
         server = jnp.zeros(num_clients, jnp.int32) if action.ndim == 1 else jnp.argmax(action, -1)
@@ -358,13 +424,18 @@ def make_learner(
         keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
         start = jax.tree.map(lambda p: p[server[clients]], state.edge_params)
         partition = partition_index(hparams)
-        trained = train(start, clients, keys, hparams["learning_rate"], partition, data)
-        if aggregation == "data_size":
-            weight = data.count[partition, clients].astype(jnp.float32)
+        trained, losses = train(start, clients, keys, hparams["learning_rate"], partition, data)
+        arrived = in_use & delivered[clients]
+        if weight is not None:
+            edge = _move(trained, jnp.where(arrived, weight[clients], 0.0), server[clients],
+                         state.edge_params, num_servers)  # fmt: skip
         else:
-            weight = jnp.ones(slots, jnp.float32)
-        weight = jnp.where(in_use & delivered[clients], weight, 0.0)
-        edge = _aggregate(trained, weight, server[clients], state.edge_params, num_servers)
+            if aggregation == "data_size":
+                size = data.count[partition, clients].astype(jnp.float32)
+            else:
+                size = jnp.ones(slots, jnp.float32)
+            size = jnp.where(arrived, size, 0.0)
+            edge = _aggregate(trained, size, server[clients], state.edge_params, num_servers)
         if num_servers > 1:
             merged = server_mean(edge)
             is_global = (t % global_every) == 0
@@ -372,8 +443,12 @@ def make_learner(
                 lambda e, g: jnp.where(is_global, jnp.broadcast_to(g, e.shape), e), edge, merged
             )
         metrics = {
-            "num_delivered": jnp.sum(in_use & delivered[clients], dtype=jnp.int32),
+            "num_delivered": jnp.sum(arrived, dtype=jnp.int32),
             "untrained": jnp.maximum(num_selected - slots, 0),
+            # Unused slots (client 0 as filler) scatter out of range and are dropped.
+            "train_loss": jnp.zeros(num_clients, losses.dtype)
+            .at[jnp.where(in_use, clients, num_clients)]
+            .set(losses, mode="drop"),
         }
         return LearnerState(edge_params=edge), metrics
 
@@ -381,11 +456,21 @@ def make_learner(
         """Test accuracy and loss of the global model (the mean of the edge models)."""
         return evaluate_model(apply_fn, server_mean(state.edge_params), data)
 
-    def signals(state: LearnerState, data: FederatedData, hparams) -> dict:
-        """``local_signals`` of the global model (the mean of the edge models) on the
-        configuration's partition."""
+    def signals(key, state: LearnerState, data: FederatedData, hparams, names) -> dict:
+        """The signals ``names`` (of ``LEARNER_SIGNALS`` before a round) of the global model
+        (the mean of the edge models) on the configuration's partition: ``local_signals``
+        (one pass over every client's samples, only if one of them is asked for) and
+        ``minibatch_loss`` on ``probe_batch`` samples drawn with ``key``."""
         params = server_mean(state.edge_params)
-        return local_signals(apply_fn, params, data, partition_index(hparams))
+        partition = partition_index(hparams)
+        values = {}
+        if set(names) & FULL_PASS_SIGNALS:
+            values.update(local_signals(apply_fn, params, data, partition))
+        if "minibatch_loss" in names:
+            values["minibatch_loss"] = minibatch_loss(
+                apply_fn, params, data, key, probe_batch, partition
+            )
+        return {name: values[name] for name in names}
 
     return Learner(
         init=init,
@@ -395,6 +480,24 @@ def make_learner(
         signals=signals,
         provides=LEARNER_SIGNALS,
     )
+
+
+def _move(trained, weight, server, edge_params, num_servers: int):
+    """Every edge server's model w moved to ``w + Σ_k weight_k (θ_k − w)`` over the slots
+    trained for it (``server``: each slot's; unnormalised, so Σ weight < 1 keeps part of w):
+    the edge models stacked [M, ...]."""
+
+    def move(leaf, old):
+        start = old[server]
+        shaped = weight.reshape(-1, *([1] * (leaf.ndim - 1)))
+        per_server = [
+            pairwise_sum(jnp.where((server == m).reshape(shaped.shape), shaped * (leaf - start),
+                                   0.0), axis=0)
+            for m in range(num_servers)
+        ]  # fmt: skip
+        return old + jnp.stack(per_server)
+
+    return jax.tree.map(move, trained, edge_params)
 
 
 def _aggregate(trained, weight, server, edge_params, num_servers: int):

@@ -3,7 +3,8 @@
 A policy is a triple of pure functions over its own state pytree (optax style):
 
 * ``init(key, hparams) -> state``
-* ``select(key, state, obs, hparams) -> bool[N]`` (never an unavailable client)
+* ``select(key, state, obs, hparams) -> bool[N]`` (never an unavailable client), or a
+  ``Selection`` that also gives each selected client's aggregation weight
 * ``update(state, obs, action, feedback, hparams) -> state``
 
 ``hparams`` is a dict of scalars that may be traced (so one compiled program runs a whole grid);
@@ -22,7 +23,8 @@ learner computes from its current global model (``LEARNER_SIGNALS``, e.g. each c
 accuracy): it names them in ``Policy.signals`` (and in its spec's ``requires``), and the runner,
 only then, computes them before each selection and passes a ``LearnerObservation``, which reads
 like the environment's observation (``obs.available``) with the signals as more fields
-(``obs.local_accuracy``).
+(``obs.local_accuracy``). Signals of the round just trained (``ROUND_SIGNALS``, e.g. each
+participant's training loss) are seen by ``update`` only.
 """
 
 from __future__ import annotations
@@ -40,7 +42,17 @@ from jfl.checks import describe_range, in_range
 
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
-LEARNER_SIGNALS = ("local_accuracy", "local_loss", "local_loss_sq", "data_size")
+LEARNER_SIGNALS = (
+    "local_accuracy",
+    "local_loss",
+    "local_loss_sq",
+    "data_size",
+    "minibatch_loss",
+    "train_loss",
+)
+# Of those, the signals of the round just trained, f[N] (participants' values, 0 elsewhere):
+# ``update`` sees them after the round, ``select`` never does.
+ROUND_SIGNALS = ("train_loss",)
 
 
 class Policy(NamedTuple):
@@ -50,6 +62,26 @@ class Policy(NamedTuple):
     # Learner signals (of ``LEARNER_SIGNALS``) that ``select``/``update`` read from the
     # observation; the runner computes them only for policies that name them.
     signals: tuple[str, ...] = ()
+
+
+class Selection(NamedTuple):
+    """A selection with aggregation weights: what ``select`` returns when the policy, not the
+    learner, weighs the participants' updates (the unbiased sampling-based methods).
+
+    The learner then moves the global model w to ``w + Σ_k weight_k·(θ_k − w)`` over the
+    selected clients whose update arrived (θ_k the client's trained model), with no
+    renormalisation: a multiplicity (a client drawn twice counts twice) is folded into the
+    weight, e.g. ``count/m`` for m draws with replacement. A plain bool[N] selection is
+    averaged as the learner's ``aggregation`` says.
+    """
+
+    clients: jax.Array  # bool[N]  the selected clients (each trained once)
+    weight: jax.Array  # f[N]  aggregation weight of each selected client's update, 0 elsewhere
+
+
+def selected_clients(action):
+    """The bool selection of what ``select`` returned (a ``Selection`` or the mask itself)."""
+    return action.clients if isinstance(action, Selection) else action
 
 
 class LearnerObservation(NamedTuple):

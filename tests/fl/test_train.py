@@ -29,10 +29,12 @@ from jfl.fl.train import (
     LearnerState,
     local_sgd,
     local_signals,
+    local_training,
     make_learner,
+    minibatch_loss,
     weighted_average,
 )
-from jfl.policies import get
+from jfl.policies import LEARNER_SIGNALS, get
 from jfl.runner import make_batched_run, make_run, run_keys, seed_keys
 
 SHAPE = (4, 4, 1)
@@ -774,6 +776,97 @@ def test_local_steps_with_a_batch_beyond_the_data_are_gradient_descent():
             assert_tree_close(edge(state), expected)
 
 
+def numpy_loss(params, x, y) -> float:
+    """Mean cross-entropy of the linear model on (x, y) in float64 (0 without samples)."""
+    if len(y) == 0:
+        return 0.0
+    w = np.asarray(params["Dense_0"]["kernel"], np.float64)
+    b = np.asarray(params["Dense_0"]["bias"], np.float64)
+    z = x.reshape(len(x), -1).astype(np.float64) @ w + b
+    z -= z.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-log_p[np.arange(len(y)), y].mean())
+
+
+def numpy_train_loss(params, x, y, key, lr, steps, batch_size) -> float:
+    """rpow-d's training loss: the mean over the ``steps`` SGD steps of each step's minibatch
+    loss before the step (drawn as ``numpy_local_steps`` draws; 0 without samples)."""
+    n = len(y)
+    if n == 0:
+        return 0.0
+    params, losses = jax.tree.map(lambda p: np.asarray(p, np.float64), params), []
+    for k in jax.random.split(key, steps):
+        chosen = np.argsort(np.asarray(jax.random.uniform(k, (n,))), kind="stable")[:batch_size]
+        losses.append(numpy_loss(params, x[chosen], y[chosen]))
+        params = numpy_gradient_descent(params, x[chosen], y[chosen], lr, 1)
+    return float(np.mean(losses))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_train_loss_is_the_mean_minibatch_loss_over_local_steps(seed):
+    """local_training's loss against NumPy SGD on random instances (a client without samples,
+    one with fewer than the batch), and the learner's ``train_loss`` metric: each trained
+    client's value at its own index (client 0 both trained and the filler of empty slots),
+    0 for the others."""
+    steps, batch_size = 4, 3
+    data, params, lr, key = random_instance(seed, batch_size)
+    train = jax.jit(
+        functools.partial(local_training, apply_fn, epochs=1, batch_size=batch_size, steps=steps)
+    )
+    for c in range(N):
+        n = int(data.count[0, c])
+        client_key = jax.random.fold_in(key, c)
+        _, loss = train(params, data, c, client_key, np.float32(lr))
+        x, y = data.x[0, c, :n], data.y[0, c, :n]
+        want = numpy_train_loss(params, x, y, client_key, lr, steps, batch_size)
+        np.testing.assert_allclose(float(loss), want, **TOL)
+    options = {"local_steps": steps, "batch_size": batch_size}
+    for clients in ((0, 2, 4), (1, 3)):
+        _, metrics = step(options, as_state(params), select(*clients), data=data, lr=lr, key=key)
+        for c in range(N):
+            n = int(data.count[0, c])
+            x, y, k_c = data.x[0, c, :n], data.y[0, c, :n], jax.random.fold_in(key, c)
+            want = numpy_train_loss(params, x, y, k_c, lr, steps, batch_size) * (c in clients)
+            np.testing.assert_allclose(float(metrics["train_loss"][c]), want, **TOL)
+
+
+def test_selection_weights_move_the_model_by_the_weighted_updates():
+    """With a policy's weights a_k the model moves to w + Σ a_k (θ_k − w) over the delivered
+    clients, unnormalised (Σ a < 1 keeps part of w); weights of clients not delivered or not
+    selected count for nothing."""
+    rng = np.random.default_rng(7)
+    action, delivered = select(0, 2, 4), select(0, 4)
+    weight = rng.uniform(0.1, 0.5, N).astype(np.float32)
+    hparams = {"learning_rate": np.float32(LR)}
+    move = jax.jit(_learner(**DEFAULTS).step)
+    state, metrics = move(KEY, as_state(PARAMS), action, delivered, 1, DATA, hparams, weight)
+    models = {c: local(DEFAULTS, PARAMS, c) for c in (0, 4)}
+    expected = jax.tree.map(
+        lambda w, a, b: w.astype(np.float64) + weight[0] * (a - w) + weight[4] * (b - w),
+        PARAMS, models[0], models[4],
+    )  # fmt: skip
+    assert_tree_close(edge(state), expected)
+    assert int(metrics["num_delivered"]) == 2
+
+
+def test_minibatch_loss_matches_numpy():
+    """Each client's loss on ``batch_size`` samples drawn without replacement from its own key
+    fold_in(key, n): all of them when it holds fewer, 0 without samples; padding changes
+    nothing."""
+    batch_size = 3
+    data, params, _, key = random_instance(5, batch_size)
+    probe = jax.jit(functools.partial(minibatch_loss, apply_fn, batch_size=batch_size))
+    got = np.asarray(probe(params, data, key))
+    assert got.shape == (N,)
+    for c in range(N):
+        n = int(data.count[0, c])
+        u = np.asarray(jax.random.uniform(jax.random.fold_in(key, c), (n,)))
+        chosen = np.argsort(u, kind="stable")[:batch_size]
+        want = numpy_loss(params, data.x[0, c, :n][chosen], data.y[0, c, :n][chosen])
+        np.testing.assert_allclose(got[c], want, **TOL)
+    np.testing.assert_allclose(np.asarray(probe(params, pad(data, 12), key)), got, **TOL)
+
+
 # ---------------------------------------------------------------------------------------------
 # 13. Per-client signals of the global model on the clients' own data
 
@@ -837,13 +930,15 @@ def test_learner_signals_are_the_global_models_on_the_configurations_partition()
     counts = [COUNTS, (2, 8, 5, 1, 0)]
     data = make_data(counts, seed=5)
     learner = _learner(**{**DEFAULTS, "num_servers": 2})
-    assert set(learner.provides) == {"local_accuracy", "local_loss", "local_loss_sq", "data_size"}
+    assert set(learner.provides) == set(LEARNER_SIGNALS)
     other = random_params(2)
     state = as_state(PARAMS, other)
     mean = jax.tree.map(lambda a, b: (a.astype(np.float64) + b) / 2, PARAMS, other)
-    compute = jax.jit(learner.signals)
+    names = ("local_accuracy", "local_loss", "data_size")
+    compute = jax.jit(learner.signals, static_argnums=4)
     for p in (0, 1):
-        signals = compute(state, data, {"partition": np.int32(p)})
+        signals = compute(jax.random.key(0), state, data, {"partition": np.int32(p)}, names)
+        assert set(signals) == set(names)
         accuracy, loss = numpy_signals(mean, data.x[p], data.y[p], np.asarray(counts[p]))
         assert_signals_close(signals, accuracy, loss, np.asarray(counts[p]))
 
@@ -885,10 +980,13 @@ def test_runner_hands_current_local_accuracy_to_the_policy(digits, local_accurac
     assert np.all(out["num_failed"] == 0)
     k_model, k_train = jax.random.split(run_keys(key, learner=True)[3])
     state = learner.init(k_model, data, hparams)
-    signals, train = jax.jit(learner.signals), jax.jit(learner.step)
+    signals, train = jax.jit(learner.signals, static_argnums=4), jax.jit(learner.step)
     seen = []
     for t, k_t in enumerate(jax.random.split(k_train, LA_ROUNDS)):
-        accuracy = np.asarray(signals(state, data, hparams)["local_accuracy"])
+        probe = jax.random.key(0)  # local_accuracy draws nothing
+        accuracy = np.asarray(
+            signals(probe, state, data, hparams, ("local_accuracy",))["local_accuracy"]
+        )
         selected = out["selected"][t]
         assert is_lowest(selected, accuracy, LA_CHANNELS), (t, accuracy[selected])
         seen.append(accuracy)
