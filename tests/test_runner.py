@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,8 +18,9 @@ import pytest
 from jfl import results
 from jfl.envs import Environment, Metric, RbcsfEnv
 from jfl.envs.rbcsf import Feedback
-from jfl.policies import get
-from jfl.runner import RunOutput, make_batched_run, make_run, output_dims, seed_keys
+from jfl.kernels import topk_mask
+from jfl.policies import Policy, Selection, get
+from jfl.runner import RunOutput, make_batched_run, make_run, output_dims, run_keys, seed_keys
 from jfl.sweep import ChunkStore, run_chunked
 from jfl.trackers import fairness_queue
 
@@ -542,3 +543,66 @@ def test_make_run_needs_an_environment():
     with pytest.raises(TypeError, match="Environment"):
         make_run(Duck(), RbcsfEnv().default_params(num_clients=4), get("random").build(4, 2), 3)
     assert isinstance(RbcsfEnv(), Environment)
+
+
+class _CountingLearner(NamedTuple):
+    """A learner whose model is the sum of the weights it was handed (per client), whose
+    ``minibatch_loss`` is uniform noise from the probe key and whose ``train_loss`` of round t
+    is t + n/100 for each trained client n: enough to follow every value through the runner."""
+
+    num_servers: int = 1
+    provides: tuple[str, ...] = ("minibatch_loss", "train_loss")
+
+    def init(self, key, data, hparams):
+        return jnp.zeros(N)
+
+    def step(self, key, model, action, delivered, t, data, hparams, weight=None):
+        weight = jnp.where(delivered, action if weight is None else weight, 0.0)
+        train_loss = jnp.where(action, t + jnp.arange(N) / 100, 0.0)
+        metrics = {"num_delivered": jnp.sum(delivered & action), "untrained": 0}
+        return model + weight, {**metrics, "train_loss": train_loss}
+
+    def evaluate(self, model, data):
+        return {"accuracy": jnp.zeros(()), "test_loss": jnp.sum(model)}
+
+    def signals(self, key, model, data, hparams, names):
+        assert tuple(names) == ("minibatch_loss",)  # the round signal is not asked for here
+        return {"minibatch_loss": jax.random.uniform(key, (N,))}
+
+
+def _weighing_policy():
+    """Selects the m clients with the smallest summed training loss so far, weighing each by its
+    ``minibatch_loss``; its state sums the ``train_loss`` it is handed after each round."""
+
+    def init(key, hparams):
+        return jnp.zeros(N)
+
+    def select(key, seen, obs, hparams):
+        chosen = topk_mask(-seen, obs.available, M, jnp.arange(N))
+        return Selection(chosen, obs.minibatch_loss)
+
+    def update(seen, obs, action, feedback, hparams):
+        return seen + obs.train_loss
+
+    return Policy(init, select, update, signals=("minibatch_loss", "train_loss"))
+
+
+def test_selection_weights_and_round_signals_reach_learner_and_policy():
+    """A NumPy replay of the run: each round's selection follows the training losses handed to
+    ``update`` after the previous rounds' training, and the learner accumulates the weights of
+    the ``Selection`` (the probe noise drawn from the run's probe keys)."""
+    env = RbcsfEnv()
+    params = env.default_params(num_clients=N, p_available=1.0)
+    learner = _CountingLearner()
+    run = make_run(env, params, _weighing_policy(), T, learner=learner, trajectories=True)
+    key = jax.random.key(9)
+    out = jax.jit(run)(key, {}, None)
+    k_probe = jax.random.split(jax.random.split(run_keys(key, learner=True)[3], 3)[2], T)
+    seen, total = np.zeros(N), 0.0
+    for t in range(T):
+        chosen = np.zeros(N, bool)
+        chosen[sorted(range(N), key=lambda n: (seen[n], n))[:M]] = True
+        np.testing.assert_array_equal(np.asarray(out.selected[t]), chosen, f"round {t + 1}")
+        total += np.asarray(jax.random.uniform(k_probe[t], (N,)))[chosen].sum()
+        seen += np.where(chosen, t + 1 + np.arange(N) / 100, 0.0)
+    np.testing.assert_allclose(float(out.test_loss[-1]), total, rtol=1e-5)

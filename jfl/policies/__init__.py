@@ -14,12 +14,14 @@ Families (implementation modules, private):
   their variants ``cocs_lookahead``, ``oracle_context``, ``oracle_state``, ``cucb_pairs``,
   ``linucb_pairs`` (see the docs' reproduction report for who should use which);
 * ``local_accuracy``, which reads a federated learner's per-client signal;
-* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice), ``afl``
-  (Active Federated Learning).
+* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice) with its
+  cheaper variants ``cpow_d`` and ``rpow_d`` and its unbiased baseline ``proportional`` (rand),
+  ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1).
 """
 
 from jfl.policies._afl import afl
 from jfl.policies._baselines import dirichlet_random, fedcs, random
+from jfl.policies._clustered import clustered_size
 from jfl.policies._cocs import (
     cocs,
     cocs_lookahead,
@@ -37,7 +39,7 @@ from jfl.policies._cocs import (
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
 from jfl.policies._local_accuracy import local_accuracy
-from jfl.policies._power_of_choice import pow_d
+from jfl.policies._power_of_choice import cpow_d, pow_d, proportional, rpow_d
 from jfl.policies._rbcsf import lemma1_alpha, rbcsf
 from jfl.policies.base import (
     LEARNER_SIGNALS,
@@ -75,8 +77,10 @@ __all__ = [
     "afl",
     "check_selection_size",
     "check_signals",
+    "clustered_size",
     "cocs",
     "cocs_lookahead",
+    "cpow_d",
     "cs_ucb",
     "cs_ucb_q",
     "cucb",
@@ -96,6 +100,7 @@ __all__ = [
     "oracle_context",
     "oracle_state",
     "pow_d",
+    "proportional",
     "random",
     "random_budget",
     "random_feasible_decision",
@@ -103,6 +108,7 @@ __all__ = [
     "rbcsf",
     "register",
     "round_robin",
+    "rpow_d",
     "selected_clients",
     "stateless",
     "stateless_init",

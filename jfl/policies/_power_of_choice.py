@@ -1,5 +1,6 @@
 """Power-of-Choice (Cho, Wang and Joshi, "Towards understanding biased client selection in
-federated learning", AISTATS 2022, Algorithm 1), the loss-aware selection FL papers compare with.
+federated learning", AISTATS 2022, Algorithm 1), the loss-aware selection FL papers compare with,
+its cheaper variants cpow-d and rpow-d (§4), and its unbiased baseline rand.
 
 pow-d, as the project's specification (SPEC §10) states Algorithm 1: a candidate set A of d
 clients is drawn without replacement with probability ∝ p_k (p_k = n_k/Σn, the data share), the
@@ -9,6 +10,15 @@ with the highest loss are selected; the global model is the plain average of the
 given (the paper's K = 100, m = 3 runs use d ∈ {6, 9, 15}). adapow-d, the paper's schedule
 that trades the bias for speed early only, is the option ``switch``: d = N before that round
 (SPEC §10: the first half of the rounds), then d = m.
+
+The variants rank the same candidates by cheaper estimates of F_k(w) (§4, "Variants of
+Power-of-Choice"): cpow-d by the loss on one minibatch of b samples per candidate (the
+learner's ``minibatch_loss``), rpow-d by no probe at all: the mean training loss each client
+reported the last time it participated (``train_loss``; +∞ before, so unseen clients go first).
+
+rand, the paper's unbiased baseline (§5: "m clients sampled with replacement ∝ p_k", the model
+their simple average), is ``proportional``: a client drawn twice counts twice, each draw
+weighing 1/m (a ``Selection``).
 """
 
 from __future__ import annotations
@@ -18,20 +28,30 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import gumbel_top_k, selection_count, topk_mask
+from jfl.kernels import gumbel_top_k, sample_with_replacement, selection_count, topk_mask
 from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
+    Selection,
     check_selection_size,
     random_priority,
     register,
+    stateless,
 )
 
 
 class PowerOfChoiceState(NamedTuple):
     priority: jax.Array  # i32[N]  per-run random order breaking ties among equal losses
     round: jax.Array  # i32[]  rounds selected so far
+
+
+class RecentLossState(NamedTuple):
+    """rpow-d's state: pow-d's and each client's last reported training loss."""
+
+    priority: jax.Array  # i32[N]
+    round: jax.Array  # i32[]
+    loss: jax.Array  # f[N]  train_loss of the client's last round (+inf: never participated)
 
 
 def candidate_count(hparams, num_clients: int, selection_size: int, k, round_index):
@@ -44,16 +64,8 @@ def candidate_count(hparams, num_clients: int, selection_size: int, k, round_ind
     return jnp.maximum(jnp.asarray(d).astype(jnp.int32), k)
 
 
-def pow_d(num_clients: int, selection_size: int) -> Policy:
-    """pow-d: ``d`` candidates drawn ∝ the data share without replacement among the available
-    clients (``gumbel_top_k``), the ``min(m, |A(t)|)`` with the highest ``obs.local_loss``
-    selected (Cho et al., Alg. 1); round 1 draws them ∝ p. Reads the learner's ``data_size``
-    and ``local_loss``."""
-    check_selection_size(num_clients, selection_size)
-
-    def init(key, hparams):
-        del hparams
-        return PowerOfChoiceState(random_priority(key, num_clients), jnp.zeros((), jnp.int32))
+def _select_by(num_clients: int, selection_size: int, score):
+    """Algorithm 1's selection with candidates ranked by ``score(state, obs)`` (f[N])."""
 
     def select(key, state, obs, hparams):
         k_first, k_candidates = jax.random.split(key)
@@ -62,27 +74,115 @@ def pow_d(num_clients: int, selection_size: int) -> Policy:
         first = gumbel_top_k(k_first, logits, obs.available, k)
         d = candidate_count(hparams, num_clients, selection_size, k, state.round)
         candidates = gumbel_top_k(k_candidates, logits, obs.available, d)
-        chosen = topk_mask(obs.local_loss, candidates, k, state.priority)
+        chosen = topk_mask(score(state, obs), candidates, k, state.priority)
         return jnp.where(state.round == 0, first, chosen)
 
+    return select
+
+
+def _init(num_clients: int):
+    def init(key, hparams):
+        del hparams
+        return PowerOfChoiceState(random_priority(key, num_clients), jnp.zeros((), jnp.int32))
+
+    return init
+
+
+def _count_round(state, obs, action, feedback, hparams):
+    del obs, action, feedback, hparams
+    return state._replace(round=state.round + 1)
+
+
+def pow_d(num_clients: int, selection_size: int) -> Policy:
+    """pow-d: ``d`` candidates drawn ∝ the data share without replacement among the available
+    clients (``gumbel_top_k``), the ``min(m, |A(t)|)`` with the highest ``obs.local_loss``
+    selected (Cho et al., Alg. 1); round 1 draws them ∝ p. Reads the learner's ``data_size``
+    and ``local_loss``."""
+    check_selection_size(num_clients, selection_size)
+    select = _select_by(num_clients, selection_size, lambda state, obs: obs.local_loss)
+    return Policy(_init(num_clients), select, _count_round, signals=("data_size", "local_loss"))
+
+
+def cpow_d(num_clients: int, selection_size: int) -> Policy:
+    """cpow-d (Cho et al. §4): pow-d with the candidates ranked by ``obs.minibatch_loss``, each
+    candidate's loss on b of its samples (the learner's ``probe_batch``) instead of all."""
+    check_selection_size(num_clients, selection_size)
+    select = _select_by(num_clients, selection_size, lambda state, obs: obs.minibatch_loss)
+    signals = ("data_size", "minibatch_loss")
+    return Policy(_init(num_clients), select, _count_round, signals=signals)
+
+
+def rpow_d(num_clients: int, selection_size: int) -> Policy:
+    """rpow-d (Cho et al. §4): pow-d with the candidates ranked by the mean training loss each
+    reported in its last round (``train_loss``, a round signal read in ``update``; +∞ for a
+    client that never participated), so no candidate is probed."""
+    check_selection_size(num_clients, selection_size)
+
+    def init(key, hparams):
+        del hparams
+        loss = jnp.full(num_clients, jnp.inf, jnp.float32)
+        return RecentLossState(random_priority(key, num_clients), jnp.zeros((), jnp.int32), loss)
+
     def update(state, obs, action, feedback, hparams):
-        del obs, action, feedback, hparams
-        return state._replace(round=state.round + 1)
+        del feedback, hparams
+        loss = jnp.where(action, obs.train_loss.astype(jnp.float32), state.loss)
+        return RecentLossState(state.priority, state.round + 1, loss)
 
-    return Policy(init, select, update, signals=("data_size", "local_loss"))
+    select = _select_by(num_clients, selection_size, lambda state, obs: state.loss)
+    return Policy(init, select, update, signals=("data_size", "train_loss"))
 
 
-register(
+def proportional(num_clients: int, selection_size: int) -> Policy:
+    """rand (Cho et al. §5; FedAvg's unbiased sampling, Li et al., ICLR 2020, scheme I): m
+    independent draws ∝ the data share among the available clients (``sample_with_replacement``),
+    each draw weighing 1/m in the aggregation, so a client drawn twice counts twice and the
+    expected update is Σ p_k Δ_k. No available client with data: nobody."""
+    check_selection_size(num_clients, selection_size)
+
+    def select(key, state, obs, hparams):
+        del state, hparams
+        logits = jnp.where(obs.available, jnp.log(obs.data_size.astype(jnp.float32)), -jnp.inf)
+        count = sample_with_replacement(key, logits, selection_size)
+        count = jnp.where(jnp.any(jnp.isfinite(logits)), count, 0)
+        return Selection(count > 0, count.astype(jnp.float32) / selection_size)
+
+    return stateless(select)._replace(signals=("data_size",))
+
+
+_CANDIDATES = {
+    "d": HParam(0.0, 0.0, help="candidates d drawn ∝ data share (0: 2m)"),
+    "switch": HParam(
+        0.0, 0.0, help="adapow-d: d = N before this round, m from it (0: off, fixed d)"
+    ),
+}
+for _spec in (
     PolicySpec(
         "pow_d",
         pow_d,
-        {
-            "d": HParam(0.0, 0.0, help="candidates d drawn ∝ data share (0: 2m)"),
-            "switch": HParam(
-                0.0, 0.0, help="adapow-d: d = N before this round, m from it (0: off, fixed d)"
-            ),
-        },
+        _CANDIDATES,
         "Power-of-Choice: of d candidates drawn ∝ data share, the m with the highest local loss",
         requires=("available", "data_size", "local_loss"),
-    )
-)
+    ),
+    PolicySpec(
+        "cpow_d",
+        cpow_d,
+        _CANDIDATES,
+        "Power-of-Choice's cpow-d: the candidates ranked by the loss on one minibatch",
+        requires=("available", "data_size", "minibatch_loss"),
+    ),
+    PolicySpec(
+        "rpow_d",
+        rpow_d,
+        _CANDIDATES,
+        "Power-of-Choice's rpow-d: the candidates ranked by their last training loss",
+        requires=("available", "data_size", "train_loss"),
+    ),
+    PolicySpec(
+        "proportional",
+        proportional,
+        {},
+        "rand: m draws ∝ data share with replacement, each weighing 1/m (unbiased)",
+        requires=("available", "data_size"),
+    ),
+):
+    register(_spec)

@@ -25,6 +25,7 @@ from jfl.kernels.sampling import (
     sample_with_replacement,
     systematic_sample,
 )
+from jfl.reference.numpy_sampling import clustered_numpy
 
 R = 20_000  # draws per law
 Z_MAX = 4.5  # binomial standard errors allowed (two-sided, ≈ 7e-6 per client)
@@ -54,20 +55,6 @@ def capped_numpy(w: np.ndarray, m: float) -> np.ndarray:
         if not over.any():
             return np.where(capped, 1.0, np.minimum(scale * w, 1.0))
         capped |= over
-
-
-def clustered_numpy(p: np.ndarray, m: int) -> np.ndarray:
-    """Pour each client's mass m·p_i, in decreasing p, into m buckets of mass 1 (a plain loop)."""
-    buckets, k, room = np.zeros((m, len(p))), 0, 1.0
-    for i in sorted(range(len(p)), key=lambda i: (-p[i], i)):
-        mass = m * p[i]
-        while mass > 1e-9 and k < m:
-            put = min(mass, room)
-            buckets[k, i] += put
-            mass, room = mass - put, room - put
-            if room <= 1e-9:
-                k, room = k + 1, 1.0
-    return buckets
 
 
 def assert_frequencies(draws: np.ndarray, expected: np.ndarray) -> None:
