@@ -16,7 +16,8 @@ Families (implementation modules, private):
 * ``local_accuracy``, which reads a federated learner's per-client signal;
 * the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice) with its
   cheaper variants ``cpow_d`` and ``rpow_d`` and its unbiased baseline ``proportional`` (rand),
-  ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1).
+  ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1), ``oort``
+  (Oort).
 """
 
 from jfl.policies._afl import afl
@@ -39,6 +40,7 @@ from jfl.policies._cocs import (
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
 from jfl.policies._local_accuracy import local_accuracy
+from jfl.policies._oort import oort
 from jfl.policies._power_of_choice import cpow_d, pow_d, proportional, rpow_d
 from jfl.policies._rbcsf import lemma1_alpha, rbcsf
 from jfl.policies.base import (
@@ -96,6 +98,7 @@ __all__ = [
     "linucb_pairs",
     "local_accuracy",
     "modified_cs_ucb",
+    "oort",
     "oracle",
     "oracle_context",
     "oracle_state",
