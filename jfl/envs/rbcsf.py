@@ -38,6 +38,9 @@ class RbcsfParams:
     # docs/decisions.md#rbcsf-eta);
     # recorded here, θ* already holds it.
     eta_base: float = 2.0
+    # The server waits at most this long (s): a selected client whose τ exceeds it is dropped,
+    # its update lost (E3CS's success, docs/decisions.md#rbcsf-round-deadline); inf: none is.
+    round_deadline: float = float("inf")
 
     @property
     def num_clients(self) -> int:
@@ -61,7 +64,9 @@ class Observation(NamedTuple):
 
 class Feedback(NamedTuple):
     time: jax.Array  # f[N]  realised τ_t for the selected clients, 0 elsewhere
-    round_time: jax.Array  # f[]  max τ over the selected clients (0 if none), eq. 1
+    # f[]  max τ over the selected clients (0 if none), eq. 1; at most the round deadline
+    round_time: jax.Array
+    success: jax.Array  # bool[N]  selected clients with τ ≤ round deadline (update arrived)
 
 
 class Conditions(NamedTuple):
@@ -97,12 +102,14 @@ def make_params(
     model_size: float = 20.0,
     noise: float = 1.0,
     eta_base: float = 2.0,
+    round_deadline: float = float("inf"),
     dtype=jnp.float32,
 ) -> RbcsfParams:
     """Build validated parameters; the per-class tables share one length (the number of classes).
 
     ``eta_base`` is the base of the logarithm in η = log(1 + SNR) (2 by default, e for the
-    natural-log reading; ``ETA_BASES``). ``dtype`` sets the precision of everything the
+    natural-log reading; ``ETA_BASES``). ``round_deadline`` (s, default ∞) drops the selected
+    clients slower than it (``Feedback.success``). ``dtype`` sets the precision of everything the
     environment computes (float64 needs x64).
     """
     if not isinstance(num_clients, int | np.integer) or num_clients < 1:
@@ -125,6 +132,8 @@ def make_params(
     in_range("model_size", model_size, 0, np.inf, low_open=True)
     in_range("noise", noise, 0, 1)
     in_range("eta_base", eta_base, 1, np.inf, low_open=True)
+    if not (round_deadline > 0):  # ∞ (no deadline) allowed, unlike in_range
+        raise ValueError(f"round_deadline must be > 0 (s) or inf, got {round_deadline!r}")
     theta = theta_table(num_clients, train_time, cold_start_time, snr, eta_base)
     return RbcsfParams(
         theta=jnp.asarray(theta, dtype),
@@ -136,6 +145,7 @@ def make_params(
         model_size=float(model_size),
         noise=float(noise),
         eta_base=float(eta_base),
+        round_deadline=float(round_deadline),
     )
 
 
@@ -208,7 +218,7 @@ class RbcsfEnv(Environment):
 
     name = "rbcsf"
     # Fields of Observation and Feedback, for policy compatibility checks.
-    provides = ("context", "available", "expected_time", "time", "round_time")
+    provides = ("context", "available", "expected_time", "time", "round_time", "success")
 
     def default_params(self, **overrides) -> RbcsfParams:
         return make_params(**overrides)
@@ -257,7 +267,15 @@ class RbcsfEnv(Environment):
         noise = params.noise * (2.0 * uniforms[3] - 1.0)  # u ~ U(-a, a)
         obs = self.observation(state, params)
         time = jnp.where(action, obs.expected_time * (1.0 + noise), 0.0)
-        feedback = Feedback(time=time, round_time=jnp.max(time, initial=0.0))
+        # With no deadline (∞) every selected client succeeds and the round lasts max τ.
+        success = action & (time <= params.round_deadline)
+        round_time = jnp.minimum(jnp.max(time, initial=0.0), params.round_deadline)
+        feedback = Feedback(time=time, round_time=round_time, success=success)
         cold = 1.0 - jnp.asarray(action, params.theta.dtype)
         next_state = self._state(self._conditions(uniforms[:3], params), cold, state.t + 1)
         return self.observation(next_state, params), next_state, feedback
+
+    def delivered(self, action, feedback: Feedback):
+        """The selected clients that met the round deadline (all of them without one)."""
+        del action
+        return feedback.success

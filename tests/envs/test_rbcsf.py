@@ -56,6 +56,8 @@ def rollout(key, params):
             "action": action,
             "time": feedback.time,
             "round_time": feedback.round_time,
+            "success": feedback.success,
+            "delivered": ENV.delivered(action, feedback),
         }
         return (next_obs, next_state), record
 
@@ -136,6 +138,27 @@ def test_round_time_is_max_over_selected(sample):
     empty = ~sample["action"].any(axis=1)
     assert empty.sum() >= NUM_ROUNDS // 10
     np.testing.assert_array_equal(sample["round_time"][empty], 0.0)
+
+
+def test_without_a_round_deadline_every_selected_client_succeeds(sample):
+    np.testing.assert_array_equal(sample["success"], sample["action"])
+    np.testing.assert_array_equal(sample["delivered"], sample["action"])
+
+
+def test_a_round_deadline_drops_the_slower_clients():
+    """success = selected and τ ≤ deadline (what ``delivered`` reports); the round lasts
+    min(max τ, deadline); the times themselves are those of the run without a deadline."""
+    deadline = 4.0
+    free = jax.tree.map(np.asarray, rollout(jax.random.key(7), make_params()))
+    capped = rollout(jax.random.key(7), make_params(round_deadline=deadline))
+    capped = jax.tree.map(np.asarray, capped)
+    np.testing.assert_array_equal(capped["time"], free["time"])
+    want = free["action"] & (free["time"] <= deadline)
+    np.testing.assert_array_equal(capped["success"], want)
+    np.testing.assert_array_equal(capped["delivered"], want)
+    np.testing.assert_array_equal(capped["round_time"], np.minimum(free["round_time"], deadline))
+    late = free["action"] & ~want
+    assert 0.05 < late.sum() / free["action"].sum() < 0.95  # the deadline bites, not always
 
 
 def test_cold_start_and_context(sample, params):
@@ -248,6 +271,7 @@ def test_reset_is_deterministic_in_the_key(params):
         ({"train_time": (1.0, 2.0, 3.0)}, "train_time"),
         ({"cold_start_time": (1.0, 1.0)}, "cold_start_time"),
         ({"eta_base": 1.0}, "eta_base"),
+        ({"round_deadline": 0.0}, "round_deadline"),
     ],
 )
 def test_make_params_rejects_bad_input(kwargs, name):

@@ -93,7 +93,8 @@ def run_jfl_rbcsf_on_reference(draws, references, configs, lam=1.0):
             tau_bar = lower_confidence_bound(estimate, hparams["alpha"])
             action = policy.select(jax.random.key(0), state, obs, hparams)
             time_t = jnp.where(played_t, time_t, 0.0)
-            feedback = Feedback(time=time_t, round_time=jnp.max(time_t, initial=0.0))
+            round_time = jnp.max(time_t, initial=0.0)
+            feedback = Feedback(time=time_t, round_time=round_time, success=played_t)
             state = policy.update(state, obs, played_t, feedback, hparams)
             return (state, 1.0 - played_t), (action, tau_bar, state.queue)
 
