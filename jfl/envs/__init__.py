@@ -1,15 +1,17 @@
 """Pure client simulators with explicit ``params``/``state`` pytrees (gymnax style)."""
 
-from jfl.envs import channel, hfl, rbcsf, wireless
+from jfl.envs import channel, hfl, rbcsf, volatile, wireless
 from jfl.envs.base import Environment, Metric
 from jfl.envs.hfl import HflEnv, HflParams, HflState
 from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfParams, RbcsfState
+from jfl.envs.volatile import VolatileEnv, VolatileParams, VolatileState
 from jfl.envs.wireless import WirelessEnv, WirelessParams, WirelessState
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
     "rbcsf": RbcsfEnv,
     "wireless": WirelessEnv,
     "hfl": HflEnv,
+    "volatile": VolatileEnv,
 }
 
 
@@ -25,11 +27,15 @@ __all__ = [
     "RbcsfEnv",
     "RbcsfParams",
     "RbcsfState",
+    "VolatileEnv",
+    "VolatileParams",
+    "VolatileState",
     "WirelessEnv",
     "WirelessParams",
     "WirelessState",
     "channel",
     "hfl",
     "rbcsf",
+    "volatile",
     "wireless",
 ]

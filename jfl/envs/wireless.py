@@ -107,6 +107,7 @@ class Feedback(NamedTuple):
     failed: jax.Array | None = None  # bool[K]  selected clients that hit τ_max (update lost)
     # f[]  μ(S(t)) = min_{k∈S(t)} μ_k, 0 if none selected, NaN without params.mean_reward
     mean_set_reward: jax.Array | None = None
+    success: jax.Array | None = None  # bool[K]  selected & ~failed: the updates that arrived
 
 
 def paper_computing_speed(num_clients: int) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +286,7 @@ class WirelessEnv(Environment):
     name = "wireless"
     # Fields of Observation and Feedback, for policy compatibility checks.
     provides = tuple(
-        "available time reward round_time set_reward num_failed mean_set_reward".split()
+        "available time reward round_time set_reward num_failed mean_set_reward success".split()
     )
     # Recorded every round (the Feedback fields of the same names).
     round_metrics: ClassVar[dict[str, Metric]] = {
@@ -350,6 +351,7 @@ class WirelessEnv(Environment):
             num_failed=jnp.sum(action & failed, dtype=jnp.int32),
             failed=action & failed,
             mean_set_reward=self._mean_set_reward(action, any_selected, params),
+            success=action & ~failed,
         )
         next_state = state.replace(available=self._available(uniforms[3], params), t=state.t + 1)
         return Observation(available=next_state.available), next_state, feedback

@@ -31,7 +31,7 @@ class _Minimal(Environment):
 def test_every_environment_is_an_environment_with_declared_metrics():
     """The registry's environments subclass Environment; their round metrics are declared with
     dims starting with "round" and, by default, read from feedback fields they provide."""
-    assert set(ENVIRONMENTS) == {"rbcsf", "wireless", "hfl"}
+    assert set(ENVIRONMENTS) == {"rbcsf", "wireless", "hfl", "volatile"}
     for name, env_type in ENVIRONMENTS.items():
         assert issubclass(env_type, Environment) and env_type.name == name
         for metric_name, metric in env_type.round_metrics.items():
