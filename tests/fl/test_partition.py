@@ -52,7 +52,7 @@ CASES = {
 
 
 def options_for(name: str, labels: np.ndarray, num_clients: int) -> dict:
-    if name == "dirichlet":
+    if name in ("dirichlet", "dirichlet_by_class"):
         return {"concentration": 0.3}
     if name == "heterogeneous":
         rich = min(2, num_clients)
@@ -293,6 +293,40 @@ def test_heterogeneous_other_settings():
     p = heterogeneous(labels, 3, np.random.default_rng(0), rich_clients=0)
     assert [np.unique(y).size for y in client_labels(p, labels)] == [1, 1, 1]
     assert len(set().union(*(set(y.tolist()) for y in client_labels(p, labels)))) == 3
+
+
+# --- dirichlet_by_class -----------------------------------------------------------------------
+
+
+def by_class_numpy(labels, num_clients, concentration, seed):
+    """Yurochkin et al.'s split, plainly: per class, the shuffled samples dealt to the clients
+    in runs of round(n_c · cumulative share) (the same generator calls, in the same order)."""
+    rng = np.random.default_rng(seed)
+    owner = np.full(labels.size, -1)
+    for c in np.unique(labels):
+        pool = rng.permutation(np.flatnonzero(labels == c))
+        share = rng.dirichlet(np.full(num_clients, concentration))
+        edges = [0, *np.round(np.cumsum(share)[:-1] * pool.size).astype(int), pool.size]
+        for client in range(num_clients):
+            owner[pool[edges[client] : edges[client + 1]]] = client
+    return owner
+
+
+@pytest.mark.parametrize("concentration", [0.1, 1.0, 100.0])
+def test_dirichlet_by_class_deals_each_class_by_its_proportions(concentration):
+    labels, num_clients = balanced_labels(40, 10, seed=4), 12
+    p = make_partition("dirichlet_by_class", labels, num_clients, 9, concentration=concentration)
+    assert_valid(p, labels.size, num_clients)
+    assert p.count.sum() == labels.size  # every sample used once
+    owner = by_class_numpy(labels, num_clients, concentration, 9)
+    for client, idx in enumerate(client_indices(p)):
+        np.testing.assert_array_equal(np.sort(idx), np.flatnonzero(owner == client))
+    # Small α skews sizes and labels, large α neither.
+    classes = [np.unique(y).size for y in client_labels(p, labels)]
+    if concentration == 0.1:
+        assert p.count.max() > 2 * labels.size / num_clients and min(classes) <= 3
+    if concentration == 100.0:
+        assert p.count.min() > 0.5 * labels.size / num_clients and min(classes) == 10
 
 
 # --- determinism -------------------------------------------------------------------------------
