@@ -389,6 +389,9 @@ def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8, met
     return fig
 
 
+EVALUATION_LABELS = {"accuracy": "test accuracy", "test_loss": "test loss"}
+
+
 def plot_accuracy(
     ds: xr.Dataset,
     path,
@@ -398,8 +401,10 @@ def plot_accuracy(
     max_lines=MAX_LINES,
     exclude=("policy", "queue_rate"),
     method="t",
+    variable="accuracy",
 ):
-    """Test accuracy with its band over seeds, against the round or the simulated wall-clock.
+    """Test accuracy (or ``variable``, another evaluation: ``test_loss``) with its band over
+    seeds, against the round or the simulated wall-clock.
 
     Against time, the x position of an evaluation is the seed-mean of the wall-clock at that
     round (seeds differ in their clocks; the band is over accuracies at equal rounds).
@@ -411,11 +416,11 @@ def plot_accuracy(
     rounds = ds["eval"].to_numpy()
     from jfl.results import bounds_of
 
-    bounds = bounds_of("accuracy")
+    bounds = bounds_of(variable)
     fig, ax = _subplots(figsize=(6.4, 4.2))
     for config, color in zip(configs, line_colors(len(configs)), strict=True):
         c = ds.sel(config=config)
-        samples = c["accuracy"].transpose("seed", "eval").to_numpy()
+        samples = c[variable].transpose("seed", "eval").to_numpy()
         if against == "round":
             x = rounds
         else:
@@ -423,12 +428,14 @@ def plot_accuracy(
             x = np.concatenate([[0.0], clock])[rounds]
         label = config_label(ds, config, varying)
         band(ax, x, samples, label=label, method=method, bounds=bounds, color=color)
-    target = ds.attrs.get("target_accuracy")
+    target = ds.attrs.get("target_accuracy") if variable == "accuracy" else None
     if target is not None:
         ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("round" if against == "round" else "simulated wall-clock time (s)")
-    ax.set_ylabel("test accuracy")
-    _title(ax, title or f"Test accuracy vs {'round' if against == 'round' else 'time'}", cut)
+    ylabel = EVALUATION_LABELS.get(variable, variable)
+    ax.set_ylabel(ylabel)
+    against_name = "round" if against == "round" else "time"
+    _title(ax, title or f"{ylabel.capitalize()} vs {against_name}", cut)
     ax.grid(alpha=0.3)
     _legend(ax, band_title(ds, "accuracy", method))
     fig.tight_layout()

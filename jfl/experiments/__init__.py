@@ -9,6 +9,7 @@ from jfl.experiments.cocs import CocsHfl
 from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
 from jfl.experiments.fl import FlCocs, FlCsUcbIdeal, FlCsUcbQ, FlRbcsf
 from jfl.experiments.rbcsf import VBetaGrid
+from jfl.experiments.selection import FlSelection
 
 EXPERIMENTS = {
     config.name: config
@@ -23,6 +24,7 @@ EXPERIMENTS = {
         FlCsUcbIdeal,
         FlCsUcbQ,
         FlCocs,
+        FlSelection,
     )
 }
 
@@ -37,5 +39,6 @@ __all__ = [
     "FlCsUcbIdeal",
     "FlCsUcbQ",
     "FlRbcsf",
+    "FlSelection",
     "VBetaGrid",
 ]

@@ -213,10 +213,16 @@ Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
 
 
 def write_figures(
-    ds, folder, title: str, scenario_columns=("learning_rate",), method: str = "t"
+    ds,
+    folder,
+    title: str,
+    scenario_columns=("learning_rate",),
+    method: str = "t",
+    variable: str = "accuracy",
 ) -> None:
-    """Accuracy vs round and vs wall-clock, one figure per scenario (partition × lr), every
-    configuration of the scenario a line; ``method``: the interval of the bands (``--ci``)."""
+    """Accuracy (or another evaluation, ``variable``: ``test_loss``) vs round and vs
+    wall-clock, one figure per scenario (partition × lr), every configuration of the scenario a
+    line; ``method``: the interval of the bands (``--ci``)."""
     from jfl import plots
 
     scenario = np.stack(
@@ -230,12 +236,13 @@ def write_figures(
         for against in ("round", "time"):
             plots.plot_accuracy(
                 ds,
-                folder / f"accuracy_vs_{against}{name}.png",
+                folder / f"{variable}_vs_{against}{name}.png",
                 against=against,
                 configs=shown,
                 title=f"{title} {label}".strip(),
                 exclude=("policy", "queue_rate", "partition", *scenario_columns),
                 method=method,
+                variable=variable,
             )
 
 

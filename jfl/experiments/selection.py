@@ -1,0 +1,159 @@
+"""Every client-selection method on one federated task (``sweeps/fl_selection.py``).
+
+The methods FL papers compare against (SPEC §10: Power-of-Choice and its variants, rand, AFL,
+Oort, E3CS, clustered sampling) beside the seed papers' RBCS-F, FedCS and Random, with the same
+learner, data and system heterogeneity: N = 100 clients, m = 10 a round, label- and
+quantity-skewed data (each class dealt to the clients in Dirichlet(α) proportions, α ∈ {0.1,
+0.3, 1}), and the ``rbcsf`` latency environment deciding every round's time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import ClassVar
+
+from jfl import checks
+from jfl.cli import Concentrations, Floats, Names
+from jfl.driver import Plan
+from jfl.experiments.common import with_queue_rate
+from jfl.experiments.fl import slots_of
+from jfl.experiments.rbcsf import RbcsfScenario
+from jfl.experiments.training import (
+    ACCURACY_COLUMNS,
+    FederatedTraining,
+    Training,
+    write_figures,
+)
+from jfl.stats import NONNEGATIVE, Bounds
+from jfl.trackers import fairness_queue
+
+# Every §10 method of the first group, then the seed papers' methods runnable on ``rbcsf``.
+SELECTION_METHODS = (
+    "random",
+    "proportional",
+    "clustered_size",
+    "pow_d",
+    "cpow_d",
+    "rpow_d",
+    "afl",
+    "oort",
+    "e3cs",
+    "rbcsf",
+    "fedcs",
+)
+SELECTION_TRAINING = FederatedTraining(lr=(0.3,), eval_every=5, target_accuracy=0.8)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlSelection(RbcsfScenario):
+    """Every client-selection method on one federated task, with bands over seeds.
+
+    N = 100 clients of the ``rbcsf`` latency environment (four speed classes, 80% available a
+    round), m = 10 a round; each class of the training set dealt to the clients in Dir(α)
+    proportions (``--dirichlet``, ``iid`` for an IID split; Yurochkin et al. 2019), so clients
+    differ in size and labels, and the size-aware methods (pow-d's candidates, rand, clustered
+    sampling) have shares to work with. Each method runs with its paper's defaults; ``--d`` and
+    ``--sigma`` sweep Power-of-Choice's candidates and E3CS's fairness quota. ``--round-deadline``
+    drops the clients slower than it (E3CS's success; none by default). Default: digits with
+    logistic regression, about a minute on 2 cores; the summary gives the final accuracy, and
+    the rounds and simulated time to ``--target-accuracy``.
+
+        python sweeps/fl_selection.py
+        python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
+        python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR \\
+            --model fashion_cnn --rounds 300 --seeds 8
+    """
+
+    policies: Names = SELECTION_METHODS
+    """registered policies (any that runs on rbcsf: see docs/methods.md)"""
+    dirichlet: Concentrations = (0.1, 0.3, 1.0)
+    """Dirichlet α > 0 of the per-class split over clients, or 'iid' (a list)"""
+    d: Floats = (0.0,)
+    """Power-of-Choice candidates d ≥ 0 (0: 2m)"""
+    sigma: Floats = (0.5,)
+    """E3CS fairness quota σ as a fraction of m/N, in [0, 1]"""
+    V: Floats = (10.0,)
+    """RBCS-F penalty factor V ≥ 0"""
+    clients: int = 100
+    """clients N (4 equal speed classes)"""
+    m: int = 10
+    """clients selected per round, 1 ≤ m ≤ N"""
+    round_deadline: float = math.inf
+    """seconds > 0 after which a selected client's update is lost (inf: none)"""
+    seeds: int = 4
+    rounds: int = 60
+    training: Training = SELECTION_TRAINING
+    """dataset, model and FedAvg settings"""
+    out: str = "runs/fl_selection"
+
+    name: ClassVar[str] = "fl_selection"
+    metric_bounds: ClassVar[Mapping[str, Bounds]] = {"final_test_loss": NONNEGATIVE}
+    trains: ClassVar[bool] = True
+    title: ClassVar[str] = "Client selection methods"
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        *"policy dirichlet d sigma V".split(),
+        *ACCURACY_COLUMNS,
+        "final_test_loss",
+    )
+
+    def check(self) -> None:
+        super().check()
+        self.training.check(self.rounds)
+        checks.distinct("--dirichlet", self.dirichlet)
+        if not self.round_deadline > 0:
+            raise ValueError(f"--round-deadline must be > 0 or inf, got {self.round_deadline}")
+
+    def grid(self) -> dict[str, list[float]]:
+        """RBCS-F's grid plus Power-of-Choice's d and E3CS's σ."""
+        return {**super().grid(), "d": list(self.d), "sigma": list(self.sigma)}
+
+    def environment_params(self):
+        env, params = super().environment_params()
+        return env, params.replace(round_deadline=float(self.round_deadline))
+
+    def partitions(self, labels):
+        """One partition per α (IID for ∞), all from ``--partition-seed``."""
+        partitions = []
+        for alpha in self.dirichlet:
+            if math.isinf(alpha):
+                name, options = "iid", {}
+            else:
+                name, options = "dirichlet_by_class", {"concentration": alpha}
+            partitions.append(self.training.partition(name, labels, self.clients, **options))
+        return partitions
+
+    def plan(self) -> Plan:
+        from jfl.sweep import config_table
+
+        configs = config_table(
+            self.policies, self.grid(), shared=self.training.columns(len(self.dirichlet))
+        )
+        configs = with_queue_rate(configs, self.beta[0])
+        configs.insert(1, "dirichlet", [self.dirichlet[int(i)] for i in configs["partition"]])
+        dataset = self.training.load_data()
+        env, params = self.environment_params()
+        plan = Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.m,
+            per_run_bytes=0,
+            trackers=(fairness_queue(),),
+        )
+        return self.training.federated_plan(
+            plan,
+            dataset,
+            self.partitions(dataset.y_train),
+            slots_of(self.clients),
+            rounds=self.rounds,
+        )
+
+    def metrics(self, ds) -> dict:
+        """The test loss at the last evaluation, per run."""
+        return {"final_test_loss": ds["test_loss"].isel(eval=-1).drop_vars("eval")}
+
+    def figures(self, ds, summary, folder) -> None:
+        for variable in ("accuracy", "test_loss"):
+            write_figures(ds, folder, self.title, ("dirichlet", "learning_rate"), self.ci, variable)

@@ -1,0 +1,18 @@
+"""Every client-selection method on one federated task: Power-of-Choice (pow-d, cpow-d, rpow-d),
+rand, clustered sampling, AFL, Oort, E3CS, RBCS-F, FedCS and Random.
+
+    python sweeps/fl_selection.py                                   # digits, about a minute
+    python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
+    python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR --model fashion_cnn
+
+Flags: ``--help`` (the fields of ``jfl.experiments.FlSelection``).
+Writes to --out: summary.csv, results.nc, metadata.json and figures/*.png.
+"""
+
+import sys
+
+from jfl.cli import main
+from jfl.experiments import FlSelection
+
+if __name__ == "__main__":
+    sys.exit(main(FlSelection))

@@ -1,0 +1,73 @@
+"""FlSelection (``sweeps/fl_selection.py``): every selection method on one federated task.
+
+One tiny run (two policies, so two small compiled programs: a Selection with weights and a round
+signal through the real learner) shared by the output checks; bad flags stop before anything
+compiles."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jfl import cli
+from jfl.experiments import FlSelection
+from jfl.experiments.selection import SELECTION_METHODS
+from jfl.policies import REGISTRY
+from jfl.results import load_dataset
+from tests.helpers import cli_fails
+
+POLICIES = "proportional,rpow_d"
+TINY = [
+    *("--seeds", "2", "--rounds", "4", "--eval-every", "2", "--quiet"),
+    *("--clients", "12", "--m", "3", "--dirichlet", "0.3,iid", "--policies", POLICIES),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fl_selection") / "out"
+    assert cli.main(FlSelection, [*TINY, "--out", str(out)], prog="fl_selection") == 0
+    return out
+
+
+def test_tiny_run_writes_every_method_and_partition(tiny):
+    ds = load_dataset(tiny / "results.nc")
+    summary = pd.read_csv(tiny / "summary.csv")
+    assert sorted(summary["policy"].unique()) == sorted(POLICIES.split(","))
+    assert len(summary) == 2 * 2 and np.all(summary["final_test_loss"] >= 0)
+    dirichlet = set(ds["dirichlet"].to_numpy().tolist())
+    assert 0.3 in dirichlet and math.inf in dirichlet
+    # The Dirichlet split gives clients different sizes; the IID one equal sizes.
+    sizes = ds["data_size"].to_numpy()
+    assert sizes[0].std() > 0 and sizes[1].std() <= 1
+    assert np.all(ds["untrained"].to_numpy() == 0)  # multiplicities never exceed the m slots
+    figures = {p.name for p in (tiny / "figures").iterdir()}
+    for variable in ("accuracy", "test_loss"):
+        for against in ("round", "time"):
+            assert any(f.startswith(f"{variable}_vs_{against}") for f in figures), figures
+
+
+def test_default_methods_are_registered_and_run_on_rbcsf():
+    from jfl.envs import ENVIRONMENTS
+
+    for name in SELECTION_METHODS:
+        REGISTRY[name].check_environment(ENVIRONMENTS["rbcsf"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--round-deadline", "0"], "--round-deadline must be > 0 or inf"),
+        (["--dirichlet", "0"], "--dirichlet: must be > 0 (or 'iid')"),
+        (["--dirichlet", "0.1,0.1"], "--dirichlet: duplicate values"),
+        (["--policies", "pow_d", "--d", "-1"], "--d must be in [0, inf)"),
+        (["--policies", "e3cs", "--sigma", "2"], "--sigma must be in [0, 1]"),
+        (["--policies", "cs_ucb"], "--policies: policy 'cs_ucb' reads"),
+        (["--m", "13"], "--m must be an integer in [1, --clients=12], got 13"),
+    ],
+)
+def test_bad_flags_exit_2_before_compiling(argv, message, capsys, tmp_path):
+    assert message in cli_fails(FlSelection, [*TINY, *argv], capsys, tmp_path, "fl_selection")
