@@ -7,6 +7,7 @@ in the generic library imports this package.
 
 from jfl.experiments.cocs import CocsHfl
 from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
+from jfl.experiments.e3cs import E3csClasses
 from jfl.experiments.fl import FlCocs, FlCsUcbIdeal, FlCsUcbQ, FlRbcsf
 from jfl.experiments.rbcsf import VBetaGrid
 from jfl.experiments.selection import FlSelection
@@ -20,6 +21,7 @@ EXPERIMENTS = {
         CsUcbQDelay,
         BetaRhoGrid,
         CocsHfl,
+        E3csClasses,
         FlRbcsf,
         FlCsUcbIdeal,
         FlCsUcbQ,
@@ -35,6 +37,7 @@ __all__ = [
     "CsUcbIdeal",
     "CsUcbQDelay",
     "CsUcbQFairness",
+    "E3csClasses",
     "FlCocs",
     "FlCsUcbIdeal",
     "FlCsUcbQ",

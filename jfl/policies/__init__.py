@@ -17,7 +17,8 @@ Families (implementation modules, private):
 * the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice) with its
   cheaper variants ``cpow_d`` and ``rpow_d`` and its unbiased baseline ``proportional`` (rand),
   ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1), ``oort``
-  (Oort), ``e3cs`` (E3CS: Exp3 with a fairness floor).
+  (Oort), ``e3cs`` (E3CS: Exp3 with a fairness floor) with its FedCS-like baseline
+  ``most_reliable``.
 """
 
 from jfl.policies._afl import afl
@@ -39,7 +40,7 @@ from jfl.policies._cocs import (
     random_feasible_decision,
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
-from jfl.policies._e3cs import e3cs
+from jfl.policies._e3cs import e3cs, most_reliable
 from jfl.policies._local_accuracy import local_accuracy
 from jfl.policies._oort import oort
 from jfl.policies._power_of_choice import cpow_d, pow_d, proportional, rpow_d
@@ -100,6 +101,7 @@ __all__ = [
     "linucb_pairs",
     "local_accuracy",
     "modified_cs_ucb",
+    "most_reliable",
     "oort",
     "oracle",
     "oracle_context",

@@ -33,6 +33,9 @@ for the first quarter of the rounds, then k/N), is the option ``switch``: σ = 0
 from ``sigma``). The paper's clients are always available; here a round runs the same algorithm
 on its available clients only (N and k those of the round, σ = sigma·k/N; an unavailable client
 has π = 0 and keeps its weight; docs/decisions.md#e3cs-availability).
+
+``most_reliable`` is the FedCS-like baseline of the paper's experiments: the k available clients
+most likely to succeed, from the environment's oracle ``success_probability``.
 """
 
 from __future__ import annotations
@@ -42,8 +45,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import selection_count, systematic_sample
-from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
+from jfl.kernels import selection_count, systematic_sample, topk_mask
+from jfl.policies.base import (
+    HParam,
+    Policy,
+    PolicySpec,
+    check_selection_size,
+    random_priority,
+    register,
+    stateless,
+)
 
 
 class E3csState(NamedTuple):
@@ -143,6 +154,21 @@ def e3cs(num_clients: int, selection_size: int) -> Policy:
     return Policy(init, select, update)
 
 
+def most_reliable(num_clients: int, selection_size: int) -> Policy:
+    """The FedCS-like baseline of E3CS's experiments (Huang et al. 2022, §VI): the k = min(m,
+    #available) available clients most likely to succeed, ties broken at random each round.
+    Reads the environment's oracle ``success_probability`` (the volatile environment's)."""
+    check_selection_size(num_clients, selection_size)
+
+    def select(key, state, obs, hparams):
+        del state, hparams
+        k = selection_count(obs.available, selection_size)
+        priority = random_priority(key, num_clients)
+        return topk_mask(obs.success_probability, obs.available, k, priority)
+
+    return stateless(select)
+
+
 register(
     PolicySpec(
         "e3cs",
@@ -158,5 +184,14 @@ register(
         },
         "E3CS: Exp3 with a fairness floor σ, k clients with inclusion probabilities π",
         requires=("available", "success"),
+    )
+)
+register(
+    PolicySpec(
+        "most_reliable",
+        most_reliable,
+        {},
+        "the m available clients most likely to succeed (oracle; E3CS's FedCS-like baseline)",
+        requires=("available", "success_probability"),
     )
 )

@@ -1,0 +1,237 @@
+"""E3CS (Huang, Lin, Shen, Li and Zomaya, IEEE IoT-J 2022, §VI) on the ``volatile``
+environment: selection only, no training.
+
+``E3csClasses`` runs E3CS-0, -0.5, -0.8 and -inc (the fairness floor σ as a share of k/N, and
+σ = 0 for the first quarter of the rounds then k/N) next to Random and the FedCS-like
+``most_reliable`` on the paper's success classes (K = 100 clients in four equal classes with
+success rates 0.1, 0.3, 0.6 and 0.9, k = 20). It reports the cumulative effective participation
+(Σ_t the selected clients whose update arrived) and each class's selection fraction (the mean,
+over the class's clients, of the share of rounds they were selected in), which E3CS keeps at or
+above its σ for every class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from jfl import checks
+from jfl.cli import Floats, Names
+from jfl.driver import Experiment, Plan
+from jfl.experiments.common import check_hparams, check_policies
+from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
+
+
+def class_of_clients(num_clients: int, num_classes: int) -> np.ndarray:
+    """The class of every client (``jfl.envs.volatile.client_classes``)."""
+    from jfl.envs.volatile import client_classes
+
+    return client_classes(num_clients, num_classes)
+
+
+def e3cs_configs(policies, sigma, eta, inc_switch: int | None) -> pd.DataFrame:
+    """One row per configuration: every policy, E3CS once per σ share and, with
+    ``inc_switch``, once more as E3CS-inc (``switch`` = that round, σ then ignored)."""
+    from jfl import sweep
+
+    configs = sweep.config_table(policies, {"sigma": list(sigma), "eta": list(eta)})
+    configs["switch"] = np.where(configs["policy"] == "e3cs", 0.0, np.nan)
+    if inc_switch is not None and "e3cs" in policies:
+        inc = configs[configs["policy"] == "e3cs"].drop_duplicates("eta").copy()
+        inc["sigma"] = 1.0  # σ = k/N once the schedule switches
+        inc["switch"] = float(inc_switch)
+        at = int(np.flatnonzero(configs["policy"] == "e3cs")[-1]) + 1
+        configs = pd.concat([configs.iloc[:at], inc, configs.iloc[at:]], ignore_index=True)
+    return configs
+
+
+def class_metrics(ds, num_classes: int, selection_size: int) -> dict:
+    """Per (config, seed): the cumulative effective participation, the share of selections
+    that arrived, each class's selection fraction, the smallest of them, and E3CS's fairness
+    floor σ averaged over the rounds (σ = sigma·k/N, 0 before the inc schedule's switch; 0 for
+    the other policies, which promise none), all with every client available."""
+    import xarray as xr
+
+    rounds = ds.sizes["round"]
+    num_clients = ds.sizes["client"]
+    success = ds["num_success"].astype(np.float64)
+    selected = ds["num_selected"].astype(np.float64).sum("round")
+    metrics = {
+        "effective_participation": success.sum("round"),
+        "success_share": success.sum("round") / selected.where(selected > 0),
+    }
+    classes = class_of_clients(num_clients, num_classes)
+    rate = ds["selection_count"].astype(np.float64) / rounds
+    fractions = []
+    for c in range(num_classes):
+        fraction = rate.isel(client=np.flatnonzero(classes == c)).mean("client")
+        metrics[f"class_{c}_fraction"] = fraction
+        fractions.append(fraction)
+    metrics["min_class_fraction"] = xr.concat(fractions, "class").min("class")
+    policy = ds["policy"].to_numpy()
+    share = np.zeros(ds.sizes["config"])
+    if "sigma" in ds.coords:
+        sigma = np.nan_to_num(ds["sigma"].to_numpy().astype(float))
+        switch = np.zeros_like(sigma)
+        if "switch" in ds.coords:
+            switch = np.nan_to_num(ds["switch"].to_numpy().astype(float))
+        share = np.where(switch > 0, 1.0 - np.minimum(switch, rounds) / rounds, sigma)
+    floor = np.where(policy == "e3cs", share * selection_size / num_clients, 0.0)
+    floor = np.broadcast_to(floor[:, None], (ds.sizes["config"], ds.sizes["seed"]))
+    metrics["fairness_floor"] = xr.DataArray(
+        floor, dims=("config", "seed"), coords={"config": ds["config"], "seed": ds["seed"]}
+    )
+    return metrics
+
+
+# The most classes of clients a sweep takes (each class's fraction is a metric with bounds).
+MAX_CLASSES = 32
+
+METRIC_BOUNDS = {
+    "effective_participation": NONNEGATIVE,
+    "success_share": UNIT_INTERVAL,
+    "min_class_fraction": UNIT_INTERVAL,
+    "fairness_floor": UNIT_INTERVAL,
+    **{f"class_{c}_fraction": UNIT_INTERVAL for c in range(MAX_CLASSES)},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class E3csClasses(Experiment):
+    """E3CS-0/0.5/0.8/inc against Random and FedCS-like selection on volatile clients
+    (Huang et al. 2022, §VI): effective participation and selection fraction per class.
+
+    The paper's setting by default: 100 clients in four equal classes with success rates
+    0.1/0.3/0.6/0.9, k = 20 a round, 2500 rounds, η = 0.5; E3CS-inc switches σ from 0 to k/N
+    after a quarter of the rounds.
+
+        python sweeps/e3cs_classes.py
+        python sweeps/e3cs_classes.py --sigma 0:1:11 --no-inc --policies e3cs --seeds 64
+    """
+
+    policies: Names = ("e3cs", "random", "most_reliable")
+    """policies: e3cs, random, most_reliable (FedCS-like), or any other that runs on volatile"""
+    sigma: Floats = (0.0, 0.5, 0.8)
+    """E3CS fairness floor σ as a share of k/N, in [0, 1] (E3CS-0, -0.5, -0.8)"""
+    eta: Floats = (0.5,)
+    """E3CS learning rate η ≥ 0"""
+    inc: bool = True
+    """also run E3CS-inc: σ = 0 for the first quarter of the rounds, then k/N"""
+    success_rates: Floats = (0.1, 0.3, 0.6, 0.9)
+    """success probability of each class of clients, in [0, 1] (equal classes)"""
+    clients: int = 100
+    """clients K"""
+    m: int = 20
+    """clients selected per round k, 1 ≤ k ≤ K"""
+    availability: float = 1.0
+    """probability that a client is available in a round, in [0, 1] (the paper's: 1)"""
+    seeds: int = 32
+    rounds: int = 2500
+    out: str = "runs/e3cs_classes"
+
+    name: ClassVar[str] = "e3cs_classes"
+    environment: ClassVar[str] = "volatile"
+    metric_bounds: ClassVar[Mapping[str, Bounds]] = METRIC_BOUNDS
+    summary_columns: ClassVar[tuple[str, ...]] = (
+        *"policy sigma switch n_seeds effective_participation success_share".split(),
+        *"min_class_fraction fairness_floor".split(),
+    )
+
+    def check(self) -> None:
+        super().check()
+        checks.clients("--clients", self.clients)
+        checks.integer("--m", self.m, 1, self.clients, "--clients")
+        checks.in_range("--availability", self.availability, 0.0, 1.0)
+        checks.in_range("--success-rates", list(self.success_rates), 0.0, 1.0)
+        most = min(self.clients, MAX_CLASSES)
+        if not 1 <= len(self.success_rates) <= most:
+            raise ValueError(
+                f"--success-rates: give 1 to {most} rates (at most --clients={self.clients} "
+                f"and {MAX_CLASSES}), got {len(self.success_rates)}"
+            )
+        check_policies(self.policies, self.environment, self.trains)
+        check_hparams(self.policies, {"sigma": self.sigma, "eta": self.eta})
+
+    def inc_switch(self) -> int | None:
+        """E3CS-inc's switch round (a quarter of the rounds, at least 1), or None without it."""
+        return max(1, self.rounds // 4) if self.inc else None
+
+    def plan(self) -> Plan:
+        from jfl import sweep
+        from jfl.envs import VolatileEnv
+
+        env = VolatileEnv()
+        params = env.default_params(
+            num_clients=self.clients,
+            success_rates=self.success_rates,
+            availability=self.availability,
+        )
+        configs = e3cs_configs(self.policies, self.sigma, self.eta, self.inc_switch())
+        return Plan(
+            env,
+            params,
+            configs,
+            selection_size=self.m,
+            per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, self.trajectories),
+            metadata={
+                "classes": {f"class_{c}": rate for c, rate in enumerate(self.success_rates)},
+                "note": "sigma is a share of k/N; switch > 0 is E3CS-inc (sigma then k/N)",
+            },
+        )
+
+    def metrics(self, ds) -> dict:
+        return class_metrics(ds, len(self.success_rates), self.m)
+
+    def figures(self, ds, summary, folder) -> None:
+        from jfl import plots
+
+        curves = ds.assign(success=ds["num_success"].astype(float))
+        plots.plot_over_rounds(
+            curves,
+            "success",
+            "cumulative effective participation",
+            folder / "effective_participation.png",
+            "Cumulative effective participation (Huang et al. 2022, §VI)",
+            cumulative=True,
+            method=self.ci,
+            bounds=NONNEGATIVE,
+        )
+        plots.plot_pull_record(ds, folder / "pull_record.png", method=self.ci)
+        write_class_fractions(summary, len(self.success_rates), folder / "class_fractions.png")
+
+
+def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None:
+    """Each configuration's selection fraction per class (mean and interval over seeds), with
+    E3CS's fairness floor as a tick where it has one."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.subplots()
+    width = 0.8 / max(len(summary), 1)
+    x = np.arange(num_classes)
+    for row, (_, config) in enumerate(summary.iterrows()):
+        mean = np.array([config[f"class_{c}_fraction"] for c in range(num_classes)])
+        lo = np.array([config[f"class_{c}_fraction_lo"] for c in range(num_classes)])
+        hi = np.array([config[f"class_{c}_fraction_hi"] for c in range(num_classes)])
+        label = str(config["policy"])
+        if config["policy"] == "e3cs":
+            switch = config.get("switch", 0.0)
+            label = "e3cs-inc" if switch and switch > 0 else f"e3cs-{config['sigma']:g}"
+        offset = x - 0.4 + (row + 0.5) * width
+        err = np.nan_to_num(np.stack([mean - lo, hi - mean]))
+        ax.bar(offset, mean, width, yerr=err, label=label, capsize=2)
+        floor = config.get("fairness_floor", 0.0)
+        if floor > 0:
+            floors = np.full(num_classes, floor)
+            ax.hlines(floors, offset - width / 2, offset + width / 2, colors="k", linewidth=1)
+    ax.set_xticks(x, [f"class {c}" for c in range(num_classes)])
+    ax.set_ylabel("selection fraction (share of rounds)")
+    ax.set_title("Selection fraction per class (black ticks: E3CS's σ)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
