@@ -14,8 +14,8 @@ from jfl.envs import ENVIRONMENTS, VolatileEnv, WirelessEnv
 from jfl.envs import volatile as volatile_env
 from jfl.runner import output_dims
 
-N = 8
-DRAWS = 4000
+CLASS_SIZE = 1000
+RATES = (0.1, 0.3, 0.6, 0.9)
 
 
 def test_paper_setting_and_parameter_checks():
@@ -50,59 +50,50 @@ def test_registered_with_its_outputs():
 def test_success_and_availability_laws():
     """Each selected client succeeds with its class's probability, an unselected one never; the
     next round's availability is Bernoulli(availability) per client; ``num_success`` counts the
-    successes, ``round_time`` is the deadline, ``delivered`` the successes."""
+    successes, ``round_time`` is the deadline, ``delivered`` the successes. One round of many
+    clients: every class's frequencies come from its 1000 clients."""
     env = VolatileEnv()
-    availability = np.linspace(0.2, 1.0, N)
+    availability = np.repeat([0.2, 0.5, 0.8, 1.0], CLASS_SIZE)
     params = volatile_env.make_params(
-        N, success_rates=(0.1, 0.3, 0.6, 0.9), availability=availability, round_time=2.5
+        4 * CLASS_SIZE, success_rates=RATES, availability=availability, round_time=2.5
     )
-    action = (np.arange(N)[None] + np.arange(DRAWS)[:, None]) % 2 == 0  # each client half the time
-    _, state = env.reset(jax.random.key(0), params)
+    action = np.arange(4 * CLASS_SIZE) % 2 == 0  # half of each class
 
-    def one(key, act):
-        obs, _, feedback = env.step(key, state, act, params)
-        return obs.available, feedback, env.delivered(act, feedback)
+    @jax.jit
+    def one(key):
+        _, state = env.reset(key, params)
+        obs, _, feedback = env.step(jax.random.fold_in(key, 1), state, action, params)
+        return state.available, obs.available, feedback, env.delivered(action, feedback)
 
-    keys = jax.random.split(jax.random.key(1), DRAWS)
-    available, feedback, delivered = jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(keys, action))
+    first, available, feedback, delivered = jax.tree.map(np.asarray, one(jax.random.key(1)))
     success = feedback.success
     assert not np.any(success & ~action)
     np.testing.assert_array_equal(delivered, success)
-    np.testing.assert_array_equal(feedback.num_success, success.sum(axis=1))
-    np.testing.assert_array_equal(feedback.round_time, np.full(DRAWS, 2.5, np.float32))
-    p = np.asarray(params.success_probability)
-    trials = action.sum(axis=0)
-    se = np.sqrt(p * (1 - p) / trials)
-    assert np.all(np.abs(success.sum(axis=0) / trials - p) <= 4.5 * se)
-    se = np.sqrt(availability * (1 - availability) / DRAWS)
-    assert np.all(np.abs(available.mean(axis=0) - availability) <= 4.5 * se)
-    assert available[:, -1].all()  # availability 1: always
-
-
-def test_reset_availability():
-    params = volatile_env.make_params(N, availability=0.6)
-    _, state = jax.jit(jax.vmap(VolatileEnv().reset, in_axes=(0, None)))(
-        jax.random.split(jax.random.key(2), DRAWS), params
-    )
-    frequency = np.asarray(state.available).mean(axis=0)
-    assert np.all(np.abs(frequency - 0.6) <= 4.5 * np.sqrt(0.24 / DRAWS))
-    assert np.all(np.asarray(state.t) == 0)
+    assert feedback.num_success == success.sum() and feedback.round_time == np.float32(2.5)
+    by_class = np.arange(4 * CLASS_SIZE) // CLASS_SIZE
+    for c, (p, a) in enumerate(zip(RATES, [0.2, 0.5, 0.8, 1.0], strict=True)):
+        trials = action[by_class == c]
+        frequency = success[by_class == c][trials].mean()
+        assert abs(frequency - p) <= 4.5 * np.sqrt(p * (1 - p) / trials.sum()), (c, frequency)
+        for drawn in (first, available):  # the reset's draw and the step's
+            frequency = drawn[by_class == c].mean()
+            assert abs(frequency - a) <= 4.5 * np.sqrt(a * (1 - a) / CLASS_SIZE) + 1e-12
+    assert available[by_class == 3].all()  # availability 1: always
 
 
 def test_wireless_success_is_the_selected_clients_that_did_not_fail():
     """The wireless feedback's ``success`` (selected and not failed) is what it delivers."""
     env = WirelessEnv()
-    params = env.default_params(num_clients=N, tau_max=0.15)  # some clients fail
-    _, state = env.reset(jax.random.key(0), params)
-    action = jnp.arange(N) % 3 != 0
+    params = env.default_params(num_clients=60, tau_max=0.15)  # some clients fail
+    action = jnp.arange(60) % 3 != 0
 
+    @jax.jit
     def one(key):
-        _, _, feedback = env.step(key, state, action, params)
+        _, state = env.reset(key, params)
+        _, _, feedback = env.step(jax.random.fold_in(key, 1), state, action, params)
         return feedback.success, feedback.failed, env.delivered(action, feedback)
 
-    success, failed, delivered = (
-        np.asarray(a) for a in jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(4), 200))
-    )
+    success, failed, delivered = (np.asarray(a) for a in one(jax.random.key(4)))
     np.testing.assert_array_equal(success, np.asarray(action) & ~failed)
     np.testing.assert_array_equal(delivered, success)
     assert failed.any() and success.any() and "success" in WirelessEnv.provides
