@@ -18,7 +18,7 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 # The notebook tests/test_notebooks_later.py executes, the longest (COCS's five programs), in a
-# file of its own so that the other worker meanwhile runs tests/test_notebooks.py's five. Those
+# file of its own so that the other worker meanwhile runs tests/test_notebooks.py's six. Those
 # run one after another (each in a fresh kernel) in one worker, where 01_rbcsf, at the sizes of
 # 00_quick_start, loads some of its programs from the compilation cache.
 NOTEBOOKS_LATER = ("03_cocs",)
@@ -239,6 +239,7 @@ NOTEBOOK_SIZES = {
     "03_cocs": {"SEEDS": "2", "ROUNDS": "30", "H_T": "[1.0, 2.0, 5.0]"},
     "04_federated_training": {"SEEDS": "2", "ROUNDS": "20"},
     "05_custom_policy": {"SEEDS": "4", "ROUNDS": "60", "CHECK_ROUNDS": "40"},
+    "06_compare_selection_methods": {"SEEDS": "2", "ROUNDS": "20", "DRAWS": "5000"},
 }
 
 # The datasets and summary tables each notebook shows ({notebook: {dataset: (summary, metrics)}}),
@@ -250,6 +251,7 @@ NOTEBOOK_RESULTS = {
     "03_cocs": {"ds": ("summary", "utility")},
     "04_federated_training": {"ds": ("summary", None)},
     "05_custom_policy": {"ds": ("summary", None)},
+    "06_compare_selection_methods": {"ds": ("summary", "selection")},
 }
 RESULTS_DIR = "test_results"
 
@@ -285,9 +287,11 @@ def check_notebook_results(name: str, notebook, workdir: Path) -> None:
     import pandas as pd
 
     from jfl import results, stats
-    from jfl.experiments import cocs, cs_ucb
+    from jfl.experiments import FlSelection, cocs, cs_ucb
 
     metrics = {None: None, "regret": cs_ucb.regret_metrics, "utility": cocs.utility_metrics}
+    metrics["selection"] = FlSelection().metrics  # FlSelection's final_test_loss
+    bounds = {"selection": FlSelection.metric_bounds}
     sizes = NOTEBOOK_SIZES[name]
     folder = workdir / RESULTS_DIR
     loaded = {}
@@ -298,7 +302,7 @@ def check_notebook_results(name: str, notebook, workdir: Path) -> None:
         if "ROUNDS" in sizes:
             assert ds.sizes["round"] == int(sizes["ROUNDS"]), dict(ds.sizes)
         shown = pd.read_csv(folder / f"{dataset}.csv")
-        ours = results.summarize(ds, metrics=metrics[kind])
+        ours = results.summarize(ds, metrics=metrics[kind], bounds=bounds.get(kind))
         assert len(shown) == ds.sizes["config"]
         pd.testing.assert_frame_equal(shown, pd.read_csv(io.StringIO(ours.to_csv(index=False))))
 
