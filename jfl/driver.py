@@ -372,7 +372,7 @@ def run(config: Experiment) -> Result:
 
     dims = output_dims(
         plan.env,
-        learner=plan.learner is not None,
+        learner=_a_learner(plan),
         trajectories=config.trajectories,
         trackers=plan.trackers,
     )
@@ -445,6 +445,17 @@ def run(config: Experiment) -> Result:
     kept = {name: dims[name] for name in keep}
     _write_outputs(config, plan, ds, summary, metadata, store, size, kept)
     return Result(config, ds, summary, out, wall, **counts, disk_bytes=sweep.disk_usage(out))
+
+
+def _a_learner(plan: Plan):
+    """The learner of the plan's first configuration (False without one): what the outputs'
+    dims read its evaluations from (``jfl.runner.learner_outputs``)."""
+    if plan.learner is None:
+        return False
+    first = plan.configs.iloc[0]
+    size = plan.selection_size
+    size = first[size] if isinstance(size, str) else size
+    return plan.learner(first["policy"], int(size))
 
 
 def _code_objects(config: Experiment, plan: Plan) -> dict:

@@ -8,9 +8,9 @@ every hyperparameter is traced, so a whole grid shares one compiled program per 
 Outputs are sized for large grids: per-round scalars and per-client totals. Full per-client
 trajectories are recorded only when asked (``trajectories=True``). ``RunOutput`` holds the core
 outputs (``CORE_OUTPUTS``) as fields and everything declared elsewhere (the environment's
-``round_metrics``, the trackers' outputs (``jfl.trackers``), ``LEARNER_OUTPUTS``,
-``TRAJECTORY_OUTPUTS``) in ``extras``; ``output_dims`` gives the dims of every output a run
-returns.
+``round_metrics``, the trackers' outputs (``jfl.trackers``), the learner's
+(``learner_outputs``), ``TRAJECTORY_OUTPUTS``) in ``extras``; ``output_dims`` gives the dims of
+every output a run returns.
 """
 
 from __future__ import annotations
@@ -48,12 +48,17 @@ CORE_OUTPUTS = {
         (CLIENT,), "pull record: selections of each client in T rounds", NONNEGATIVE
     ),
 }
-# With a federated learner (``make_run(..., learner=...)``).
+# What a learner's ``evaluate`` returns unless it declares its own (``Learner.evaluations``).
+EVALUATIONS = {
+    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T", UNIT_INTERVAL),
+    "test_loss": Metric((EVAL,), "test loss at the same rounds", NONNEGATIVE),
+}
+# With a federated learner (``make_run(..., learner=...)``), whose evaluations stand where
+# ``EVALUATIONS`` do (``learner_outputs``).
 LEARNER_OUTPUTS = {
     "wall_clock": Metric((ROUND,), "simulated time at the end of round t", NONNEGATIVE),
     "num_delivered": Metric((ROUND,), "trained models that reached their server", NONNEGATIVE),
-    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T", UNIT_INTERVAL),
-    "test_loss": Metric((EVAL,), "test loss at the same rounds", NONNEGATIVE),
+    **EVALUATIONS,
     "untrained": Metric((), "selections beyond the learner's slots (should be 0)", NONNEGATIVE),
 }
 # With ``trajectories=True``.
@@ -105,21 +110,46 @@ def _optional_outputs() -> set[str]:
     return names
 
 
+def learner_evaluations(learner=True) -> dict[str, Metric]:
+    """What ``learner.evaluate`` returns: its ``Learner.evaluations``, or ``EVALUATIONS`` (test
+    accuracy and loss) for a learner that declares none (or ``True``)."""
+    evaluations = getattr(learner, "evaluations", None)
+    return dict(EVALUATIONS if evaluations is None else evaluations)
+
+
+def learner_outputs(learner=True) -> dict[str, Metric]:
+    """The outputs a run with ``learner`` records: ``LEARNER_OUTPUTS`` with the learner's
+    evaluations (``learner_evaluations``, each of dims ("eval",)) in place of accuracy and test
+    loss."""
+    evaluations = learner_evaluations(learner)
+    for name, metric in evaluations.items():
+        if not isinstance(metric, Metric) or tuple(metric.dims) != (EVAL,):
+            raise TypeError(
+                f"the learner's evaluation {name!r} must be a Metric of dims ({EVAL!r},), "
+                f"got {metric!r}"
+            )
+    outputs = {k: v for k, v in LEARNER_OUTPUTS.items() if k not in EVALUATIONS}
+    untrained = outputs.pop("untrained")
+    return {**outputs, **evaluations, "untrained": untrained}
+
+
 def output_dims(
     env: Environment,
     *,
-    learner: bool = False,
+    learner=False,
     trajectories: bool = False,
     trackers: tuple[Tracker, ...] = (),
 ) -> dict[str, tuple[str, ...]]:
     """Dims (after the leading [config, seed] axes) of every output ``run`` returns.
 
     Each is a tuple of "round", "client" and "eval" (the evaluations of a federated run), or
-    () for one value per run; in the order of ``RunOutput.arrays()``.
+    () for one value per run; in the order of ``RunOutput.arrays()``. ``learner``: False (no
+    federated training), True (a learner evaluating accuracy and test loss) or the run's
+    learner, whose ``evaluations`` name what it evaluates (``learner_outputs``).
     """
     tables = [CORE_OUTPUTS, *(t.outputs for t in trackers), env.round_metrics]
-    if learner:
-        tables.append(LEARNER_OUTPUTS)
+    if learner is not None and learner is not False:
+        tables.append(learner_outputs(learner))
     if trajectories:
         tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
     dims = {}
@@ -200,7 +230,10 @@ def make_run(
     after = tuple(name for name in signals if name in ROUND_SIGNALS)
     trackers = tuple(trackers)
     dims = output_dims(
-        env, learner=learner is not None, trajectories=trajectories, trackers=trackers
+        env,
+        learner=False if learner is None else learner,
+        trajectories=trajectories,
+        trackers=trackers,
     )
     extra_names = [name for name in dims if name not in CORE_OUTPUTS]
 
@@ -365,6 +398,12 @@ def _scan_with_evaluation(one_round, carry: Carry, xs, learner, data, num_rounds
         return carry, (per_round, learner.evaluate(carry.training.model, data))
 
     initial = learner.evaluate(carry.training.model, data)
+    declared = set(learner_evaluations(learner))
+    if set(initial) != declared:
+        raise ValueError(
+            f"the learner's evaluate returned {sorted(initial)}, but it declares "
+            f"{sorted(declared)} (Learner.evaluations)"
+        )
     carry, (per_round, evaluation) = jax.lax.scan(block, carry, xs)
     per_round = jax.tree.map(lambda a: a.reshape(num_rounds, *a.shape[2:]), per_round)
     evaluation = jax.tree.map(

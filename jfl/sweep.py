@@ -742,19 +742,12 @@ def run_policy_grid(
     the processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
     """
     from jfl.reduction import make_reducer
-    from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
+    from jfl.runner import learner_outputs, make_batched_run, make_run, output_dims, seed_keys
 
     trackers = tuple(trackers)
     per_config, per_seed = _checked_arrays(configs, seeds, per_config, per_seed, trackers)
     sizes = _sizes(configs, selection_size)
     groups = policy_groups(configs, selection_size)
-    reducer = None
-    if reduce:
-        dims = output_dims(
-            env, learner=learner is not None, trajectories=trajectories, trackers=trackers
-        )
-        rates = [t.hparams[0] for t in trackers if "final_queue" in t.outputs]
-        reducer = make_reducer(dims, num_rounds, tuple(keep), *rates[:1])
     # Every group is checked (environment, learner signals) before the first one compiles.
     learners = []
     for group in groups:
@@ -763,6 +756,18 @@ def run_policy_grid(
         spec.check_environment(env)
         learners.append(None if learner is None else learner(name, size))
         spec.check_learner(learners[-1])
+    if learner is not None and len({tuple(learner_outputs(g)) for g in learners}) > 1:
+        raise ValueError("the policies' learners evaluate different quantities")
+    reducer = None
+    if reduce:
+        dims = output_dims(
+            env,
+            learner=False if learner is None else learners[0],
+            trajectories=trajectories,
+            trackers=trackers,
+        )
+        rates = [t.hparams[0] for t in trackers if "final_queue" in t.outputs]
+        reducer = make_reducer(dims, num_rounds, tuple(keep), *rates[:1])
 
     def batched_run(name: str, size: int, group_learner):
         run = make_run(

@@ -28,7 +28,7 @@ from its client index.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -79,6 +79,9 @@ class Learner(NamedTuple):
     # ``provides`` names every signal the learner computes, the round signals included.
     signals: Callable[..., dict] | None = None
     provides: tuple[str, ...] = ()
+    # What ``evaluate`` returns, name -> ``jfl.envs.base.Metric`` of dims ("eval",), which the
+    # runner records (``jfl.runner.learner_outputs``); None: test accuracy and loss.
+    evaluations: Mapping[str, Any] | None = None
 
 
 def masked_loss(apply_fn, params, x, y, valid):
