@@ -9,6 +9,7 @@ from jfl.experiments.cocs import CocsHfl
 from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
 from jfl.experiments.e3cs import E3csClasses
 from jfl.experiments.fl import FlCocs, FlCsUcbIdeal, FlCsUcbQ, FlRbcsf
+from jfl.experiments.power_of_choice import PowDQuadratic
 from jfl.experiments.rbcsf import VBetaGrid
 from jfl.experiments.selection import FlSelection
 
@@ -27,6 +28,7 @@ EXPERIMENTS = {
         FlCsUcbQ,
         FlCocs,
         FlSelection,
+        PowDQuadratic,
     )
 }
 
@@ -43,5 +45,6 @@ __all__ = [
     "FlCsUcbQ",
     "FlRbcsf",
     "FlSelection",
+    "PowDQuadratic",
     "VBetaGrid",
 ]

@@ -1,0 +1,94 @@
+"""Power-of-Choice's quadratic experiment (``jfl.experiments.PowDQuadratic``) end to end.
+
+Bad flags are refused in one line before anything compiles. One tiny run (a module fixture: 8
+clients, 40 rounds, rand, pow-d, adapow-d and cpow-d) goes through the command line: its
+summary's rows and columns, the gap it records instead of an accuracy, the figure, and two
+identities of the methods' definitions: cpow-d ranks by the probe F_k(w), which on the quadratic
+is exact, so it is pow-d bit for bit; adapow-d draws d = K candidates before its switch, as
+pow-d with d = K does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jfl import cli
+from jfl.experiments import PowDQuadratic
+from jfl.results import load_dataset
+from tests.helpers import axes_summary, cli_fails, read_back_png, record_figures
+
+PROG = "pow_d_quadratic.py"
+TINY = [
+    "--clients", "8", "--m", "2", "--d", "4,8", "--variant-d", "4", "--rounds", "40",
+    "--eval-every", "10", "--early-round", "20", "--seeds", "3", "--quiet",
+    "--methods", "rand,pow_d,adapow_d,cpow_d",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pow_d_quadratic") / "out"
+    with record_figures() as figures:
+        assert cli.main(PowDQuadratic, [*TINY, "--out", str(out)], prog=PROG) == 0
+    return out, figures
+
+
+def test_summary_has_a_row_per_method_and_d(tiny):
+    out, _ = tiny
+    summary = pd.read_csv(out / "summary.csv")
+    rows = list(
+        zip(summary["policy"], summary["d"].fillna(-1), summary["switch"].fillna(-1), strict=True)
+    )
+    assert rows == [
+        ("proportional", -1, -1),
+        ("pow_d", 4, 0),
+        ("pow_d", 8, 0),
+        ("pow_d", 8, 20),  # adapow-d: d = K before round 20 (half the rounds), m from it
+        ("cpow_d", 4, 0),
+    ]
+    for column in ("early_gap", "final_gap"):
+        assert (summary[column] > 0).all()
+        assert (summary[f"{column}_lo"] <= summary[column]).all()
+    assert "final_accuracy" not in summary
+
+
+def test_it_records_the_gap_and_the_methods_identities(tiny):
+    out, _ = tiny
+    ds = load_dataset(out / "results.nc")
+    assert "accuracy" not in ds and ds["gap"].dims == ("config", "seed", "eval")
+    np.testing.assert_array_equal(ds["eval"], np.arange(0, 41, 10))
+    gap = ds["gap"].to_numpy()
+    assert np.all(gap[:, :, 0] == pytest.approx(ds.attrs["initial_gap"], rel=1e-6))
+    np.testing.assert_array_equal(gap[4], gap[1])  # cpow-d d=4 is pow-d d=4
+    np.testing.assert_array_equal(gap[3][:, :3], gap[2][:, :3])  # adapow-d before its switch
+    assert np.all(gap[:, :, -1] < gap[:, :, 0])
+    np.testing.assert_allclose(ds["p"].sum(), 1.0, rtol=1e-6)
+
+
+def test_it_draws_the_gap_against_the_round(tiny):
+    out, figures = tiny
+    assert sorted(p.name for p in (out / "figures").glob("*.png")) == ["gap_vs_round.png"]
+    figure = figures["gap_vs_round.png"]
+    read_back_png(out / "figures" / "gap_vs_round.png", figure)
+    linear, log = axes_summary(figure)
+    assert linear["lines"] == log["lines"] == 5
+    assert log["legend"] == ["rand", "pow-d d=4", "pow-d d=8", "adapow-d", "cpow-d d=4"]
+    assert figure.axes[1].get_yscale() == "log"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--d", "2"], "--d must be an integer in [3, --clients=30], got 2"),
+        (["--d", "6.5"], "--d takes integers, got 6.5"),
+        (["--methods", "rand,oort"], "--methods must be one of"),
+        (["--eval-every", "7"], "--eval-every must divide --rounds=15000, got 7"),
+        (["--early-round", "2525"], "--early-round must be a multiple of --eval-every=50"),
+        (["--h-low", "5", "--h-high", "4"], "--h-high"),
+        (["--lr", "0"], "--lr"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line(argv, message, capsys, tmp_path):
+    assert message in cli_fails(PowDQuadratic, argv, capsys, tmp_path, prog=PROG)
