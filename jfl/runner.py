@@ -143,12 +143,12 @@ def output_dims(
     """Dims (after the leading [config, seed] axes) of every output ``run`` returns.
 
     Each is a tuple of "round", "client" and "eval" (the evaluations of a federated run), or
-    () for one value per run; in the order of ``RunOutput.arrays()``. ``learner``: False (no
-    federated training), True (a learner evaluating accuracy and test loss) or the run's
+    () for one value per run; in the order of ``RunOutput.arrays()``. ``learner``: False or None
+    (no federated training), True (a learner evaluating accuracy and test loss) or the run's
     learner, whose ``evaluations`` name what it evaluates (``learner_outputs``).
     """
     tables = [CORE_OUTPUTS, *(t.outputs for t in trackers), env.round_metrics]
-    if learner is not None and learner is not False:
+    if learner:  # a Learner (a non-empty NamedTuple) or True
         tables.append(learner_outputs(learner))
     if trajectories:
         tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
@@ -229,12 +229,7 @@ def make_run(
     before = tuple(name for name in signals if name not in ROUND_SIGNALS)
     after = tuple(name for name in signals if name in ROUND_SIGNALS)
     trackers = tuple(trackers)
-    dims = output_dims(
-        env,
-        learner=False if learner is None else learner,
-        trajectories=trajectories,
-        trackers=trackers,
-    )
+    dims = output_dims(env, learner=learner, trajectories=trajectories, trackers=trackers)
     extra_names = [name for name in dims if name not in CORE_OUTPUTS]
 
     def run(key, hparams, data=None) -> RunOutput:

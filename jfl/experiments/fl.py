@@ -56,6 +56,23 @@ def slots_of(num_clients: int):
     return lambda policy, size: get(policy).max_selected(num_clients, size)
 
 
+def rbcsf_federated_plan(scenario: RbcsfScenario, configs, dataset, partitions) -> Plan:
+    """The ``rbcsf`` scenario's plan for ``configs`` (every policy's fairness queue measured at
+    its ``queue_rate``) with the scenario's learner training on ``partitions``."""
+    env, params = scenario.environment_params()
+    plan = Plan(
+        env,
+        params,
+        configs,
+        selection_size=scenario.m,
+        per_run_bytes=0,
+        trackers=(fairness_queue(),),
+    )
+    return scenario.training.federated_plan(
+        plan, dataset, partitions, slots_of(scenario.clients), rounds=scenario.rounds
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class FlRbcsf(RbcsfScenario):
     """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
@@ -144,22 +161,7 @@ class FlRbcsf(RbcsfScenario):
                 f"instead of {requested} (--samples-per-client)",
                 file=sys.stderr,
             )
-        env, params = self.environment_params()
-        plan = Plan(
-            env,
-            params,
-            configs,
-            selection_size=self.m,
-            per_run_bytes=0,
-            trackers=(fairness_queue(),),
-        )
-        plan = self.training.federated_plan(
-            plan,
-            dataset,
-            self.partitions(dataset.y_train, size),
-            slots_of(self.clients),
-            rounds=self.rounds,
-        )
+        plan = rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset.y_train, size))
         spc = {"requested": requested, "used": size}
         data = {**plan.metadata["data"], "samples_per_client": spc}
         return dataclasses.replace(plan, metadata={**plan.metadata, "data": data})

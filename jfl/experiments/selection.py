@@ -18,7 +18,7 @@ from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.common import with_queue_rate
-from jfl.experiments.fl import slots_of
+from jfl.experiments.fl import rbcsf_federated_plan
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
@@ -27,7 +27,6 @@ from jfl.experiments.training import (
     write_figures,
 )
 from jfl.stats import NONNEGATIVE, Bounds
-from jfl.trackers import fairness_queue
 
 # Every §10 method of the first group, then the seed papers' methods runnable on ``rbcsf``.
 SELECTION_METHODS = (
@@ -133,22 +132,7 @@ class FlSelection(RbcsfScenario):
         configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "dirichlet", [self.dirichlet[int(i)] for i in configs["partition"]])
         dataset = self.training.load_data()
-        env, params = self.environment_params()
-        plan = Plan(
-            env,
-            params,
-            configs,
-            selection_size=self.m,
-            per_run_bytes=0,
-            trackers=(fairness_queue(),),
-        )
-        return self.training.federated_plan(
-            plan,
-            dataset,
-            self.partitions(dataset.y_train),
-            slots_of(self.clients),
-            rounds=self.rounds,
-        )
+        return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset.y_train))
 
     def metrics(self, ds) -> dict:
         """The test loss at the last evaluation, per run."""

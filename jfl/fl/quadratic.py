@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfl import checks
 from jfl.envs.base import EVAL, Metric
 from jfl.kernels.reduce import pairwise_sum
 from jfl.stats import NONNEGATIVE
@@ -69,9 +70,7 @@ def make_instance(
     ``e = e_scale·U(0, 1)^{N×D}``, ``h = low + (high − low)·U(0, 1)^N`` (``h_range``),
     sizes ``~ a·x^{a−1}`` on [0, 1] (NumPy's power distribution, ``a = size_power``) normalised
     into shares p, and ``w0 = w0_scale·N(0, I_D)``. ``h_range`` must keep h > 0."""
-    for name, value, low in (("num_clients", num_clients, 1), ("dim", dim, 1)):
-        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    num_clients, dim = checks.integer("num_clients", num_clients), checks.integer("dim", dim)
     low, high = (float(v) for v in h_range)
     if not 0.0 <= low <= high or high <= 0.0:
         raise ValueError(f"h_range must be 0 <= low <= high with high > 0, got {h_range!r}")
@@ -132,18 +131,8 @@ def make_quadratic_learner(num_clients: int, *, local_steps: int = 2, aggregatio
     """
     from jfl.fl.train import Learner
 
-    if (
-        not isinstance(num_clients, int | np.integer)
-        or isinstance(num_clients, bool)
-        or num_clients < 1
-    ):
-        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if (
-        not isinstance(local_steps, int | np.integer)
-        or isinstance(local_steps, bool)
-        or local_steps < 1
-    ):
-        raise ValueError(f"local_steps must be an integer >= 1, got {local_steps!r}")
+    num_clients = checks.integer("num_clients", num_clients)
+    local_steps = checks.integer("local_steps", local_steps)
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
 
@@ -169,17 +158,15 @@ def make_quadratic_learner(num_clients: int, *, local_steps: int = 2, aggregatio
         lr = jnp.asarray(hparams["learning_rate"], dtype)
         theta, losses = local_steps_of(data, state.w, lr, local_steps)
         arrived = action & delivered
-        update = theta - state.w
         if weight is not None:
             share = jnp.where(arrived, weight, 0.0).astype(dtype)
-            w = state.w + pairwise_sum(share[:, None] * update, axis=0)
         else:
             mass = arrived.astype(dtype)
             if aggregation == "data_size":
                 mass = mass * data.p
             total = pairwise_sum(mass)
             share = mass / jnp.where(total > 0, total, 1)  # no arrival: all 0, w kept
-            w = state.w + pairwise_sum(share[:, None] * update, axis=0)
+        w = state.w + pairwise_sum(share[:, None] * (theta - state.w), axis=0)
         metrics = {
             "num_delivered": jnp.sum(arrived, dtype=jnp.int32),
             "untrained": jnp.zeros((), jnp.int32),

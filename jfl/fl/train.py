@@ -109,34 +109,9 @@ def shuffled_positions(key, mask):
     return jnp.argsort(jnp.where(mask, u, 2.0))
 
 
-def local_sgd(
-    apply_fn,
-    params,
-    data: FederatedData,
-    client,
-    key,
-    learning_rate,
-    *,
-    epochs: int,
-    batch_size: int,
-    partition=0,
-    steps: int | None = None,
-):
-    """Client ``client``'s model after local SGD from ``params``.
-
-    ``steps=None``: E epochs of minibatch SGD (COCS eq. 2; FedAvg). Each epoch visits the
-    client's ``count`` samples once in a random order, in batches of ``batch_size`` (the last one
-    smaller); a batch size at least the client's data size is full-batch gradient descent.
-
-    ``steps=J``: J SGD steps, each on one minibatch of ``batch_size`` samples drawn uniformly
-    without replacement from the client's samples, afresh every step (the paper's protocol in
-    Xia §V-A is one step on ρ = 2 samples, the ρ of τ_LU = ρ/φ in eq. 36). A client with fewer
-    samples than the batch uses all of them. ``epochs`` is then not used.
-
-    Either way a client without samples keeps ``params``. ``client``, ``partition`` and
-    ``learning_rate`` may be traced. ``local_training`` also gives the training loss.
-    """
-    options = dict(epochs=epochs, batch_size=batch_size, partition=partition, steps=steps)
+def local_sgd(apply_fn, params, data: FederatedData, client, key, learning_rate, **options):
+    """Client ``client``'s model after local SGD from ``params`` (``local_training``'s model;
+    keyword ``options``: ``epochs``, ``batch_size``, ``partition``, ``steps``)."""
     return local_training(apply_fn, params, data, client, key, learning_rate, **options)[0]
 
 
@@ -153,10 +128,22 @@ def local_training(
     partition=0,
     steps: int | None = None,
 ):
-    """``(model, train_loss)``: ``local_sgd``'s model and the mean, over the SGD steps that
-    moved it, of each step's minibatch loss before the step (0 for a client without samples;
-    Power-of-Choice's rpow-d ranks clients by it). The loss is a by-product of the gradient's
-    forward pass; XLA drops it when the caller does not use it.
+    """``(model, train_loss)``: client ``client``'s model after local SGD from ``params``, and
+    the mean, over the SGD steps that moved it, of each step's minibatch loss before the step (0
+    for a client without samples; Power-of-Choice's rpow-d ranks clients by it). The loss is a
+    by-product of the gradient's forward pass; XLA drops it when the caller does not use it.
+
+    ``steps=None``: E epochs of minibatch SGD (COCS eq. 2; FedAvg). Each epoch visits the
+    client's ``count`` samples once in a random order, in batches of ``batch_size`` (the last one
+    smaller); a batch size at least the client's data size is full-batch gradient descent.
+
+    ``steps=J``: J SGD steps, each on one minibatch of ``batch_size`` samples drawn uniformly
+    without replacement from the client's samples, afresh every step (the paper's protocol in
+    Xia §V-A is one step on ρ = 2 samples, the ρ of τ_LU = ρ/φ in eq. 36). A client with fewer
+    samples than the batch uses all of them. ``epochs`` is then not used.
+
+    Either way a client without samples keeps ``params``. ``client``, ``partition`` and
+    ``learning_rate`` may be traced.
     """
     num_positions = data.mask.shape[2]
     mask = data.mask[partition, client]
@@ -317,6 +304,7 @@ def check_learner_options(
     aggregation,
     global_every,
     local_steps=None,
+    probe_batch=1,
 ) -> None:
     """Static options, checked before anything compiles (ValueError naming the option)."""
     for name, value, low in (
@@ -324,6 +312,7 @@ def check_learner_options(
         ("batch_size", batch_size, 1),
         ("num_servers", num_servers, 1),
         ("global_every", global_every, 1),
+        ("probe_batch", probe_batch, 1),
     ):
         if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -374,13 +363,7 @@ def make_learner(
     probe_batch = batch_size if probe_batch is None else probe_batch
     options = dict(epochs=epochs, batch_size=batch_size, slots=slots, num_clients=num_clients)
     options.update(num_servers=num_servers, aggregation=aggregation, global_every=global_every)
-    check_learner_options(**options, local_steps=local_steps)
-    if (
-        not isinstance(probe_batch, int | np.integer)
-        or isinstance(probe_batch, bool)
-        or probe_batch < 1
-    ):
-        raise ValueError(f"probe_batch must be an integer >= 1, got {probe_batch!r}")
+    check_learner_options(**options, local_steps=local_steps, probe_batch=probe_batch)
 
     def apply_fn(params, x):
         return model.apply({"params": params}, x)

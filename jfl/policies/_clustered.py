@@ -22,8 +22,8 @@ from jfl.kernels import clustered_buckets, draw_per_bucket
 from jfl.policies.base import (
     Policy,
     PolicySpec,
-    Selection,
     check_selection_size,
+    draws_selection,
     register,
     stateless,
 )
@@ -41,7 +41,7 @@ def clustered_size(num_clients: int, selection_size: int) -> Policy:
         total = jnp.sum(size)
         buckets = clustered_buckets(size / jnp.where(total > 0, total, 1.0), selection_size)
         count = jnp.where(total > 0, draw_per_bucket(key, buckets), 0)
-        return Selection(count > 0, count.astype(jnp.float32) / selection_size)
+        return draws_selection(count, selection_size)
 
     return stateless(select)._replace(signals=("data_size",))
 

@@ -33,8 +33,8 @@ from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
-    Selection,
     check_selection_size,
+    draws_selection,
     random_priority,
     register,
     stateless,
@@ -144,7 +144,7 @@ def proportional(num_clients: int, selection_size: int) -> Policy:
         logits = jnp.where(obs.available, jnp.log(obs.data_size.astype(jnp.float32)), -jnp.inf)
         count = sample_with_replacement(key, logits, selection_size)
         count = jnp.where(jnp.any(jnp.isfinite(logits)), count, 0)
-        return Selection(count > 0, count.astype(jnp.float32) / selection_size)
+        return draws_selection(count, selection_size)
 
     return stateless(select)._replace(signals=("data_size",))
 

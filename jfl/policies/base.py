@@ -79,6 +79,12 @@ class Selection(NamedTuple):
     weight: jax.Array  # f[N]  aggregation weight of each selected client's update, 0 elsewhere
 
 
+def draws_selection(count, draws: int) -> Selection:
+    """The ``Selection`` of ``draws`` draws that picked client n ``count[n]`` times (i[N]): each
+    draw weighs 1/draws, so a client drawn twice counts twice (the unbiased sampling schemes)."""
+    return Selection(count > 0, count.astype(jnp.float32) / draws)
+
+
 def selected_clients(action):
     """The bool selection of what ``select`` returned (a ``Selection`` or the mask itself)."""
     return action.clients if isinstance(action, Selection) else action
