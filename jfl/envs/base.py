@@ -25,11 +25,18 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jfl.stats import UNBOUNDED, Bounds
 
 # Dimensions an output may have after the leading [config, seed] axes.
 ROUND, CLIENT, EVAL = "round", "client", "eval"
+
+
+def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
+    """Class of client n: ⌊num_classes·n/N⌋ (equal classes when N divides), for environments
+    whose clients come in classes (``rbcsf``'s speeds, ``volatile``'s success rates)."""
+    return (np.arange(num_clients) * num_classes) // num_clients
 
 
 class Metric(NamedTuple):

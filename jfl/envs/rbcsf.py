@@ -21,7 +21,7 @@ import numpy as np
 from flax import struct
 
 from jfl.checks import in_range
-from jfl.envs.base import Environment
+from jfl.envs.base import Environment, client_classes
 
 
 @struct.dataclass
@@ -84,11 +84,6 @@ PAPER_CLASSES = {
 # the model size M "measured by bit" (§4.4.2): a rate in bits needs log₂. Base e keeps the
 # natural-log reading (FedCS(3) then selects 7.0 clients a round instead of ≈ 8.8).
 ETA_BASES = {"2": 2.0, "e": float(np.e)}
-
-
-def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
-    """Class of client n is floor(num_classes · n / N) (equal classes when N divides)."""
-    return (np.arange(num_clients) * num_classes) // num_clients
 
 
 def make_params(

@@ -27,7 +27,7 @@ import numpy as np
 from flax import struct
 
 from jfl.checks import in_range
-from jfl.envs.base import Environment, Metric
+from jfl.envs.base import Environment, Metric, client_classes
 from jfl.stats import NONNEGATIVE
 
 # §VI of the paper: four equal classes of clients with these success rates, K = 100, k = 20.
@@ -62,11 +62,6 @@ class Feedback(NamedTuple):
     success: jax.Array  # bool[N]  the selected clients whose update arrived
     round_time: jax.Array  # f[]  the deadline, every round
     num_success: jax.Array  # i[]  Σ success: the round's effective participation
-
-
-def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
-    """Class of client n: ⌊num_classes·n/N⌋ (equal classes when N divides)."""
-    return (np.arange(num_clients) * num_classes) // num_clients
 
 
 def make_params(
