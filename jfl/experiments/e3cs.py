@@ -22,15 +22,9 @@ import pandas as pd
 from jfl import checks
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
+from jfl.envs.base import client_classes
 from jfl.experiments.common import check_hparams, check_policies
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
-
-
-def class_of_clients(num_clients: int, num_classes: int) -> np.ndarray:
-    """The class of every client (``jfl.envs.volatile.client_classes``)."""
-    from jfl.envs.volatile import client_classes
-
-    return client_classes(num_clients, num_classes)
 
 
 def e3cs_configs(policies, sigma, eta, inc_switch: int | None) -> pd.DataFrame:
@@ -64,7 +58,7 @@ def class_metrics(ds, num_classes: int, selection_size: int) -> dict:
         "effective_participation": success.sum("round"),
         "success_share": success.sum("round") / selected.where(selected > 0),
     }
-    classes = class_of_clients(num_clients, num_classes)
+    classes = client_classes(num_clients, num_classes)
     rate = ds["selection_count"].astype(np.float64) / rounds
     fractions = []
     for c in range(num_classes):
