@@ -85,11 +85,6 @@ def draws_selection(count, draws: int) -> Selection:
     return Selection(count > 0, count.astype(jnp.float32) / draws)
 
 
-def selected_clients(action):
-    """The bool selection of what ``select`` returned (a ``Selection`` or the mask itself)."""
-    return action.clients if isinstance(action, Selection) else action
-
-
 class LearnerObservation(NamedTuple):
     """The environment's observation with the learner's per-client signals as more fields.
 
