@@ -676,10 +676,25 @@ def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
         if pending is not None:
             finish(*pending)
     finally:
-        writer.shutdown(wait=True)
+        _drain(writer)
     for write in writes:
         write.result()  # a failed write raises here
     return results
+
+
+def _drain(writer: ThreadPoolExecutor) -> None:
+    """Wait until every submitted chunk is written, even through a Ctrl-C that lands in the
+    wait (raised again afterwards): otherwise a chunk would be finished after the interrupt
+    message had counted the chunks on disk."""
+    interrupted = False
+    while True:
+        try:
+            writer.shutdown(wait=True)
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _save_chunk(store: ChunkStore, label: str, index: int, arrays, per_run) -> None:

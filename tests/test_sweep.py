@@ -6,6 +6,8 @@ The experiments' command lines are tested in ``tests/experiments/``; nothing her
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from jfl.sweep import (
     IN_FLIGHT,
     MANIFEST,
     ChunkStore,
+    _drain,
     auto_chunk_size,
     bytes_per_run,
     check_out_dir,
@@ -287,6 +290,26 @@ def test_chunk_store_reports_corrupt_chunks(tmp_path):
     store.path("p", 1).write_bytes(b"not a zip file")
     with pytest.raises(ValueError, match=r"corrupt results directory: cannot read .*chunk_000001"):
         store.load("p", 1, {"a": (2, 3)})
+
+
+def test_a_ctrl_c_in_the_final_wait_still_lets_every_chunk_finish_writing(tmp_path):
+    """A Ctrl-C that interrupts the wait for the chunk writer is raised only once the chunk in
+    the writer is on disk: the interrupt message counts what the process leaves behind."""
+
+    class InterruptedOnce(ThreadPoolExecutor):
+        interrupts = 1
+
+        def shutdown(self, wait=True, **kwargs):
+            if self.interrupts:
+                self.interrupts -= 1
+                raise KeyboardInterrupt
+            super().shutdown(wait, **kwargs)
+
+    writer, done = InterruptedOnce(max_workers=1), tmp_path / "written"
+    writer.submit(lambda: (time.sleep(0.2), done.touch()))
+    with pytest.raises(KeyboardInterrupt):
+        _drain(writer)
+    assert done.exists()
 
 
 # --------------------------------------------------------------------------- run_policy_grid
