@@ -302,15 +302,22 @@ def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
     # Same draws (common random numbers): the later deadline succeeds more often.
     assert oracle(4.0, 4.0, "num_success").sum() > oracle(4.0, 2.0, "num_success").sum()
 
+    # Another grid of the same size (so the same compiled program) puts (4, 4) first, among
+    # other neighbours; the runner's own tests cover a configuration alone.
     config = dataclasses.replace(
-        tiny_run.config, policies=("oracle",), budget=(4.0,), deadline=(4.0,), plots=False
+        tiny_run.config,
+        policies=("oracle",),
+        budget=(4.0, 9.0),
+        deadline=(4.0, 1.0),
+        plots=False,
+        out=str(tmp_path / "other"),
     )
-    alone = driver.run(dataclasses.replace(config, out=str(tmp_path / "alone"))).dataset
-    assert alone.sizes["config"] == 1
-    a = alone.isel(config=0)
+    other = driver.run(config).dataset
+    assert _config(other, budget=4.0, deadline=4.0) == 0  # the last of the grid's Oracles
+    a = other.isel(config=0)
     g = grid.isel(config=_config(grid, policy="oracle", budget=4.0, deadline=4.0))
-    assert set(alone.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
-    for var in alone.data_vars:
+    assert set(other.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
+    for var in other.data_vars:
         np.testing.assert_array_equal(g[var].to_numpy(), a[var].to_numpy(), err_msg=var)
 
 
