@@ -287,7 +287,8 @@ def test_summary_without_oracle_has_no_regret(tiny_run):
 
 
 def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
-    """In one grid the larger budget selects more; a config is bit-identical alone or in a grid."""
+    """In one grid the larger budget selects more; a configuration of COCS or the Oracle is
+    bit-identical in another grid (other neighbours, another position)."""
     grid = tiny_run.dataset
 
     def oracle(budget, deadline, var):
@@ -305,20 +306,17 @@ def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
     # Another grid of the same size (so the same compiled program) puts (4, 4) first, among
     # other neighbours; the runner's own tests cover a configuration alone.
     config = dataclasses.replace(
-        tiny_run.config,
-        policies=("oracle",),
-        budget=(4.0, 9.0),
-        deadline=(4.0, 1.0),
-        plots=False,
-        out=str(tmp_path / "other"),
+        tiny_run.config, budget=(4.0, 9.0), deadline=(4.0, 1.0), plots=False
     )
-    other = driver.run(config).dataset
-    assert _config(other, budget=4.0, deadline=4.0) == 0  # the last of the grid's Oracles
-    a = other.isel(config=0)
-    g = grid.isel(config=_config(grid, policy="oracle", budget=4.0, deadline=4.0))
+    other = driver.run(dataclasses.replace(config, out=str(tmp_path / "other"))).dataset
     assert set(other.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
-    for var in other.data_vars:
-        np.testing.assert_array_equal(g[var].to_numpy(), a[var].to_numpy(), err_msg=var)
+    for policy in ("cocs", "oracle"):
+        at = dict(policy=policy, budget=4.0, deadline=4.0)
+        first = int(np.flatnonzero(other["policy"].to_numpy() == policy)[0])
+        assert _config(other, **at) == first  # in the tiny grid, the last of its policy
+        a, g = other.isel(config=first), grid.isel(config=_config(grid, **at))
+        for var in other.data_vars:
+            np.testing.assert_array_equal(g[var].to_numpy(), a[var].to_numpy(), err_msg=var)
 
 
 # --------------------------------------------------------------------------- runner on hfl

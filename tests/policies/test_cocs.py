@@ -1,5 +1,5 @@
 """COCS, CUCB and LinUCB against the NumPy loops of ``jfl.reference.numpy_cocs``; invariants of
-the five COCS-family policies; the hypercube index and K(t); batch invariance in the runner.
+the five COCS-family policies; the hypercube index and K(t); batch invariance.
 
 The jfl policies run (float32) under one jitted ``lax.scan`` of select/update per shape, vmapped
 over random instances. An instance is T rounds of contexts, coverage (with gaps), costs, budgets
@@ -28,8 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jfl.envs import HflEnv
-from jfl.envs.hfl import Feedback, make_params
+from jfl.envs.hfl import Feedback
 from jfl.kernels import budgeted_assignment, ridge_estimate, ucb_bonus
 from jfl.policies import (
     cocs,
@@ -50,7 +49,6 @@ from jfl.reference.numpy_cocs import (
     hypercube_index_numpy,
     linucb_numpy,
 )
-from jfl.runner import make_batched_run, make_run, seed_keys
 from tests.policies.cocs_inputs import observation
 
 NUM_ROUNDS = 100
@@ -212,10 +210,12 @@ def rollout_fn(num_clients, num_servers, dim, policies):
     return jax.jit(all_policies)
 
 
-def run_jfl(inputs, hparams, policies=LEARNERS, seed=0):
+def run_jfl(inputs, hparams, policies=LEARNERS, seed=0, keys=None):
     """``policies`` on ``inputs``: ``({name: (actions, final state, weights, under_explored,
-    tie-breaks)}, the kernel's masks on success_prob)``, with a leading instance axis."""
-    keys = jax.random.split(jax.random.key(seed), inputs["available"].shape[0])
+    tie-breaks)}, the kernel's masks on success_prob)``, with a leading instance axis; each
+    instance's key from ``keys``, else split from ``seed``."""
+    if keys is None:
+        keys = jax.random.split(jax.random.key(seed), inputs["available"].shape[0])
     hparams = {name: hparams.get(name, {}) for name in policies}
     out, direct = rollout_fn(*shape_of(inputs), policies)(
         keys, {k: jnp.asarray(v) for k, v in inputs.items()}, hparams
@@ -388,14 +388,10 @@ def compare_index_policy(name, inputs, i, result, reference, weight_atol):
     return count_mismatches(ours, theirs, explain), trace
 
 
-@pytest.mark.parametrize(("num_clients", "num_servers", "dim"), SHAPES)
-def test_policies_match_numpy_reference(num_clients, num_servers, dim):
-    """COCS, CUCB and LinUCB match their float64 loops round by round, up to rare near-ties."""
-    # 6 instances (coverage gaps, tight/loose/per-ES/exactly fillable budgets, contexts on cell
-    # boundaries, h_T ∈ {1, 2, 5}, z ∈ {0.1, 0.4}): the weights agree; differing rounds are
-    # float32/float64 near-ties of the round's assignment problem, under 0.5% of the rounds;
-    # final COCS counters equal, estimates within 1e-5; CUCB/LinUCB statistics agree; COCS meets
-    # exploration-only, mixed and exploitation-only rounds.
+@functools.cache
+def reference_runs(num_clients, num_servers, dim):
+    """The learners on random instances of one shape, each instance with its own
+    hyperparameters: ``(inputs, hparams, outputs)`` (``run_jfl``'s, keys from seed 0)."""
     rng = np.random.default_rng(100 * num_clients + 10 * num_servers + dim)
     inputs = make_instances(rng, num_clients, num_servers, dim)
     hparams = {
@@ -409,6 +405,18 @@ def test_policies_match_numpy_reference(num_clients, num_servers, dim):
         },
     }
     out, _ = run_jfl(inputs, hparams)
+    return inputs, hparams, out
+
+
+@pytest.mark.parametrize(("num_clients", "num_servers", "dim"), SHAPES)
+def test_policies_match_numpy_reference(num_clients, num_servers, dim):
+    """COCS, CUCB and LinUCB match their float64 loops round by round, up to rare near-ties."""
+    # 6 instances (coverage gaps, tight/loose/per-ES/exactly fillable budgets, contexts on cell
+    # boundaries, h_T ∈ {1, 2, 5}, z ∈ {0.1, 0.4}): the weights agree; differing rounds are
+    # float32/float64 near-ties of the round's assignment problem, under 0.5% of the rounds;
+    # final COCS counters equal, estimates within 1e-5; CUCB/LinUCB statistics agree; COCS meets
+    # exploration-only, mixed and exploitation-only rounds.
+    inputs, _, out = reference_runs(num_clients, num_servers, dim)
     for name in LEARNERS:
         check_feasible(out[name][0], inputs)
     exact = INSTANCES.index((1.0, "exact", True))
@@ -598,26 +606,26 @@ def test_cocs_numpy_loop_is_consistent():
 # --------------------------------------------------------------------------------------------
 
 
-def test_cocs_batch_invariance():
-    """A COCS (h_T, z) configuration's runner outputs are bit-identical among other
-    configurations and among copies of itself (one compiled batch shape; the runner's own tests
-    cover batches of other sizes)."""
-    # HflEnv, N = 6, M = 2, 30 rounds, 3 seeds, trajectories; every output field.
-    params = make_params(6, 2, p_cover=0.8, budget=(3.5, 5.0))
-    run = make_batched_run(make_run(HflEnv(), params, cocs(6, 2), 30, trajectories=True))
-    keys = seed_keys(4, range(3))
-    batch = {
-        "h_T": np.array([5.0, 2.0, 1.0, 10.0], np.float32),
-        "z": np.array([0.4, 0.1, 0.25, 1.0], np.float32),
-    }
-    out_batch = run(keys, batch)
-    for c in (1, 3):
-        alone = {k: np.repeat(v[c : c + 1], 4) for k, v in batch.items()}
-        out_alone = run(keys, alone)
-        for field, value in out_alone.arrays().items():
-            if value is not None:
-                np.testing.assert_array_equal(
-                    np.asarray(getattr(out_batch, field))[c], np.asarray(value)[0], err_msg=field
-                )
-    selected = np.asarray(out_batch.selected)
-    assert not np.array_equal(selected[1], selected[2])  # the configurations do differ
+def test_an_instance_is_the_same_bits_among_others_and_among_copies_of_itself():
+    """COCS, CUCB and LinUCB: an instance (inputs, key and traced hyperparameters) gives the
+    same outputs, bit for bit, in the reference test's batch of other instances and in a batch
+    of copies of itself (the program the reference test compiled for SHAPES[1]; the runner's
+    configuration axis is covered by its own tests and the cocs_hfl experiment's)."""
+    inputs, hparams, out = reference_runs(*SHAPES[1])
+    keys = jax.random.split(jax.random.key(0), len(INSTANCES))
+    for c in (1, 4):
+        copies = np.full(len(INSTANCES), c)
+        alone, _ = run_jfl(
+            {k: v[copies] for k, v in inputs.items()},
+            jax.tree.map(lambda v, copies=copies: v[copies], hparams),
+            keys=keys[copies],
+        )
+        for name in LEARNERS:
+            jax.tree.map(
+                lambda got, want, c=c, name=name: np.testing.assert_array_equal(
+                    got[0], want[c], err_msg=name
+                ),
+                alone[name],
+                out[name],
+            )
+    assert not np.array_equal(out["cocs"][0][1], out["cocs"][0][4])  # the instances do differ
