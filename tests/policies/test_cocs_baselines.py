@@ -1,6 +1,6 @@
 """COCS's baselines as the paper defines them (§VI-B): Random, CUCB over whole decisions, the
 shared-model LinUCB and the two oracles, against ``jfl.reference.numpy_cocs_baselines`` and the
-MILP; shape checks; batch invariance in the runner.
+MILP; shape checks; batch invariance.
 
 The policies run (float32) on given per-round inputs; every draw they make from their keys is
 recomputed here from the same keys and fed to the NumPy references, which run in float64.
@@ -31,7 +31,7 @@ from jfl.reference.numpy_cocs_baselines import (
     linucb_shared_numpy,
     random_feasible_numpy,
 )
-from jfl.runner import make_batched_run, make_run, seed_keys
+from jfl.runner import make_run
 from tests.policies.cocs_inputs import observation, random_rounds, solver_numpy
 
 # The shape every rollout here shares, instances included: one compilation per policy.
@@ -94,13 +94,12 @@ def test_random_budget_is_uniform():
 
 @functools.cache
 def _rollout(name):
-    """jit(vmap over instances) of a run of ``name`` on given inputs: actions bool[T, N, M]."""
+    """jit(vmap over instances) of a run of ``name`` on given inputs, with traced
+    hyperparameters: actions bool[T, N, M] and the round keys."""
     builders = {"cucb": cucb, "linucb": linucb, "oracle": oracle, "cocs_lookahead": cocs_lookahead}
-    spec = get(name)
     policy = builders[name](N, M)
-    hparams = spec.defaults()
 
-    def one(key, inputs):
+    def one(key, inputs, hparams):
         k_init, k_rounds = jax.random.split(key)
         state0 = policy.init(k_init, hparams)
 
@@ -125,9 +124,17 @@ def _rollout(name):
     return jax.jit(jax.vmap(one))
 
 
-def _run(name, inputs, seed=0):
-    keys = jax.random.split(jax.random.key(seed), inputs["available"].shape[0])
-    actions, round_keys = _rollout(name)(keys, {k: jnp.asarray(v) for k, v in inputs.items()})
+def _run(name, inputs, seed=0, hparams=None, keys=None):
+    """``name`` on ``inputs`` [I, T, ...]: (actions, round keys); each instance's
+    hyperparameters from ``hparams`` (default: the policy's defaults) and key from ``keys``
+    (default: split from ``seed``)."""
+    count = inputs["available"].shape[0]
+    if hparams is None:
+        hparams = {k: np.full(count, v, np.float32) for k, v in get(name).defaults().items()}
+    if keys is None:
+        keys = jax.random.split(jax.random.key(seed), count)
+    inputs = {k: jnp.asarray(v) for k, v in inputs.items()}
+    actions, round_keys = _rollout(name)(keys, inputs, hparams)
     return np.asarray(actions), round_keys
 
 
@@ -262,19 +269,26 @@ def test_policy_refuses_another_number_of_servers():
 
 
 @pytest.mark.parametrize("name", ["cucb", "linucb"])
-def test_batch_invariance(name):
-    """A configuration's outputs are the same bits among other configurations and among copies
-    of itself (one compiled batch shape; the runner's own tests cover other batch sizes)."""
-    spec = get(name)
-    params = make_params(6, 2, budget=(3.5, 5.0))
-    run = make_batched_run(make_run(HflEnv(), params, spec.build(6, 2), 20))
-    keys = seed_keys(4, range(2))
-    batch = {k: np.array([v, v * 0.5, v * 2], np.float32) for k, v in spec.defaults().items()}
-    out_batch = run(keys, batch, 3)  # cucb has no hyperparameters: the batch is given
-    alone = {k: np.repeat(v[1:2], 3) for k, v in batch.items()}
-    out_alone = run(keys, alone, 3)
-    for field, value in out_alone.arrays().items():
-        if value is not None:
-            np.testing.assert_array_equal(
-                np.asarray(getattr(out_batch, field))[1], np.asarray(value)[0], err_msg=field
-            )
+def test_an_instance_is_the_same_bits_among_others_and_among_copies_of_itself(name):
+    """An instance (its rounds, key and traced hyperparameters) gives the same actions, bit for
+    bit, among other instances with other hyperparameters and among copies of itself (the
+    program the reference tests compile; the runner's configuration axis has its own tests)."""
+    rng = np.random.default_rng(5)
+    inputs = random_rounds(rng, INSTANCES, N, M, D, num_rounds=ROUNDS)
+    scale = np.resize(np.array([1.0, 0.5, 2.0], np.float32), INSTANCES)
+    hparams = {k: v * scale for k, v in get(name).defaults().items()}  # cucb: none
+    keys = jax.random.split(jax.random.key(0), INSTANCES)
+    actions, round_keys = _run(name, inputs, hparams=hparams, keys=keys)
+    for c in (1, 4):
+        copies = np.full(INSTANCES, c)
+        alone, alone_keys = _run(
+            name,
+            {k: v[copies] for k, v in inputs.items()},
+            hparams={k: v[copies] for k, v in hparams.items()},
+            keys=keys[copies],
+        )
+        np.testing.assert_array_equal(alone[0], actions[c])
+        np.testing.assert_array_equal(
+            jax.random.key_data(alone_keys[0]), jax.random.key_data(round_keys[c])
+        )
+    assert not np.array_equal(actions[1], actions[4])  # the instances do differ
