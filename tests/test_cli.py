@@ -265,6 +265,7 @@ def test_python_m_jfl_refuses_an_unknown_name_in_one_line(capsys):
     assert err.count("\n") == 0 and "did you mean 'v_beta_grid'?" in err
 
 
+@pytest.mark.processes
 def test_python_m_jfl_runs_an_experiment_with_its_scripts_flags(tmp_path):
     """The module and the script parse the same flags into the same config and run it."""
     flags = ["--policies", "random", "--seeds", "2", "--rounds", "4", "--clients", "4", "--m", "2"]

@@ -295,6 +295,7 @@ def _cached_run(package_root: Path, cache: Path, out: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.processes
 def test_compilation_cache_is_used_again_and_not_after_a_code_change(tmp_path):
     """A second run loads its programs from the cache; a copy of jfl with one line changed is
     given a directory of its own, which nothing has filled."""

@@ -177,6 +177,7 @@ def test_trajectories_are_consistent_with_summaries(with_trajectories):
     assert selected.sum(axis=3).max() <= M
 
 
+@pytest.mark.processes
 def test_sharded_over_four_devices_matches_single_device(setup, tmp_path):
     """With 4 forced host devices the configuration axis is sharded; results are unchanged."""
     _, _, _, batched, hparams, keys = setup
