@@ -11,6 +11,11 @@ its settings through the environment (a distributed test's process 0 loads what 
 run compiled), and it is removed when the worker ends. An entry's key includes the directory, so
 one directory for both workers would share nothing more: tests share programs within a file (a
 file runs on one worker), which is where the tests that compile the same program belong.
+
+Every worker registers the sweeps' CPU lowering of threefry (``jfl.prng``) before its first
+test: the same bits as JAX's default (``tests/test_prng.py``), so every test runs the programs a
+sweep runs, and which lowering a program gets no longer depends on whether a sweep ran before it
+in the same worker. It also compiles faster than the rolled loop.
 """
 
 from __future__ import annotations
@@ -71,6 +76,10 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+    from jfl import prng
+
+    prng.use_unrolled_threefry_on_cpu()
 
 
 def pytest_unconfigure(config):
