@@ -391,7 +391,7 @@ def compare_index_policy(name, inputs, i, result, reference, weight_atol):
 @functools.cache
 def reference_runs(num_clients, num_servers, dim):
     """The learners on random instances of one shape, each instance with its own
-    hyperparameters: ``(inputs, hparams, outputs)`` (``run_jfl``'s, keys from seed 0)."""
+    hyperparameters and key: ``(inputs, hparams, keys, outputs)`` (``run_jfl``'s)."""
     rng = np.random.default_rng(100 * num_clients + 10 * num_servers + dim)
     inputs = make_instances(rng, num_clients, num_servers, dim)
     hparams = {
@@ -404,8 +404,9 @@ def reference_runs(num_clients, num_servers, dim):
             "lam": np.array([lam for _, lam in LINUCB_CONFIGS], np.float32),
         },
     }
-    out, _ = run_jfl(inputs, hparams)
-    return inputs, hparams, out
+    keys = jax.random.split(jax.random.key(0), len(INSTANCES))
+    out, _ = run_jfl(inputs, hparams, keys=keys)
+    return inputs, hparams, keys, out
 
 
 @pytest.mark.parametrize(("num_clients", "num_servers", "dim"), SHAPES)
@@ -416,7 +417,7 @@ def test_policies_match_numpy_reference(num_clients, num_servers, dim):
     # float32/float64 near-ties of the round's assignment problem, under 0.5% of the rounds;
     # final COCS counters equal, estimates within 1e-5; CUCB/LinUCB statistics agree; COCS meets
     # exploration-only, mixed and exploitation-only rounds.
-    inputs, _, out = reference_runs(num_clients, num_servers, dim)
+    inputs, _, _, out = reference_runs(num_clients, num_servers, dim)
     for name in LEARNERS:
         check_feasible(out[name][0], inputs)
     exact = INSTANCES.index((1.0, "exact", True))
@@ -602,7 +603,7 @@ def test_cocs_numpy_loop_is_consistent():
 
 
 # --------------------------------------------------------------------------------------------
-# inside the runner
+# batch invariance
 # --------------------------------------------------------------------------------------------
 
 
@@ -611,8 +612,7 @@ def test_an_instance_is_the_same_bits_among_others_and_among_copies_of_itself():
     same outputs, bit for bit, in the reference test's batch of other instances and in a batch
     of copies of itself (the program the reference test compiled for SHAPES[1]; the runner's
     configuration axis is covered by its own tests and the cocs_hfl experiment's)."""
-    inputs, hparams, out = reference_runs(*SHAPES[1])
-    keys = jax.random.split(jax.random.key(0), len(INSTANCES))
+    inputs, hparams, keys, out = reference_runs(*SHAPES[1])
     for c in (1, 4):
         copies = np.full(len(INSTANCES), c)
         alone, _ = run_jfl(
@@ -621,11 +621,7 @@ def test_an_instance_is_the_same_bits_among_others_and_among_copies_of_itself():
             keys=keys[copies],
         )
         for name in LEARNERS:
-            jax.tree.map(
-                lambda got, want, c=c, name=name: np.testing.assert_array_equal(
-                    got[0], want[c], err_msg=name
-                ),
-                alone[name],
-                out[name],
-            )
+            pairs = zip(jax.tree.leaves(alone[name]), jax.tree.leaves(out[name]), strict=True)
+            for got, want in pairs:
+                np.testing.assert_array_equal(got[0], want[c], err_msg=name)
     assert not np.array_equal(out["cocs"][0][1], out["cocs"][0][4])  # the instances do differ
