@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jfl.fl.sketch import flat_rows, sketch
 from jfl.kernels.reduce import pairwise_sum
 from jfl.policies.base import LEARNER_SIGNALS
 
@@ -43,6 +44,10 @@ AGGREGATIONS = ("data_size", "uniform")
 # The signals ``local_signals`` computes in one pass over every client's samples.
 FULL_PASS_SIGNALS = frozenset({"local_accuracy", "local_loss", "local_loss_sq", "data_size"})
 EVAL_BATCH = 1024  # test samples per forward pass when evaluating
+GRADIENT_BATCH = 16  # clients per backward pass of ``gradient_sketches``
+SKETCH_DIM = 128  # K of the sketches (``make_learner``'s ``sketch_dim``)
+# fold_in(init key, SKETCH_STREAM) keys the run's projection: the model's draws stay as they were.
+SKETCH_STREAM = 0x5EC7
 
 
 class FederatedData(NamedTuple):
@@ -63,6 +68,16 @@ class FederatedData(NamedTuple):
 
 class LearnerState(NamedTuple):
     edge_params: Any  # pytree, leaves [M, ...]: each edge server's model (M = 1 for flat FL)
+    # The run's sketch projection (``jfl.fl.sketch``), drawn once per run; None: no sketches.
+    sketch_key: jax.Array | None = None
+
+
+class LocalResult(NamedTuple):
+    """What one client's local training gives (``local_training``)."""
+
+    params: Any  # pytree: the client's model after local SGD
+    train_loss: jax.Array  # f[]  mean minibatch loss over the steps that moved the model
+    grad_var: jax.Array  # f[]  mean_b ‖g_b‖² − ‖mean_b g_b‖² over those steps' gradients
 
 
 class Learner(NamedTuple):
@@ -112,7 +127,7 @@ def shuffled_positions(key, mask):
 def local_sgd(apply_fn, params, data: FederatedData, client, key, learning_rate, **options):
     """Client ``client``'s model after local SGD from ``params`` (``local_training``'s model;
     keyword ``options``: ``epochs``, ``batch_size``, ``partition``, ``steps``)."""
-    return local_training(apply_fn, params, data, client, key, learning_rate, **options)[0]
+    return local_training(apply_fn, params, data, client, key, learning_rate, **options).params
 
 
 def local_training(
@@ -127,11 +142,13 @@ def local_training(
     batch_size: int,
     partition=0,
     steps: int | None = None,
-):
-    """``(model, train_loss)``: client ``client``'s model after local SGD from ``params``, and
-    the mean, over the SGD steps that moved it, of each step's minibatch loss before the step (0
-    for a client without samples; Power-of-Choice's rpow-d ranks clients by it). The loss is a
-    by-product of the gradient's forward pass; XLA drops it when the caller does not use it.
+) -> LocalResult:
+    """Client ``client``'s model after local SGD from ``params`` (``LocalResult``), with two
+    by-products of the steps that moved it: the mean of each step's minibatch loss before the
+    step (``train_loss``; Power-of-Choice's rpow-d ranks clients by it) and the variance of the
+    minibatch gradients g_b, ``grad_var`` = mean_b ‖g_b‖² − ‖mean_b g_b‖² (σ_i², the local
+    variance of DELTA, Wang et al. 2023), both 0 for a client without samples. XLA drops them
+    when the caller does not use them.
 
     ``steps=None``: E epochs of minibatch SGD (COCS eq. 2; FedAvg). Each epoch visits the
     client's ``count`` samples once in a random order, in batches of ``batch_size`` (the last one
@@ -150,7 +167,7 @@ def local_training(
     optimizer = optax.sgd(learning_rate)
 
     def descend(carry, positions, valid):
-        params, opt_state = carry
+        params, opt_state, grad_sum = carry
         x = data.x[partition, client, positions]
         y = data.y[partition, client, positions]
         loss, grads = jax.value_and_grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
@@ -160,9 +177,11 @@ def local_training(
         keep = jnp.any(valid)
         params = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_params, params)
         opt_state = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_opt_state, opt_state)
-        return (params, opt_state), (loss, keep)
+        grad_sum = jax.tree.map(lambda s, g: s + jnp.where(keep, g, 0.0), grad_sum, grads)
+        return (params, opt_state, grad_sum), (loss, keep, _squared_norm(grads))
 
-    start = (params, optimizer.init(params))
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    start = (params, optimizer.init(params), zeros)
     if steps is not None:
         # The first min(B, S) positions of a fresh order: B real samples, or all of them (and
         # padding, masked out) when the client holds fewer.
@@ -172,8 +191,8 @@ def local_training(
             positions = shuffled_positions(k_step, mask)[:width]
             return descend(carry, positions, mask[positions])
 
-        (params, _), losses = jax.lax.scan(one_step, start, jax.random.split(key, steps))
-        return params, _mean_loss(*losses)
+        carry, losses = jax.lax.scan(one_step, start, jax.random.split(key, steps))
+        return _local_result(carry, *losses)
 
     num_batches, padded = batch_plan(num_positions, batch_size)
 
@@ -191,15 +210,25 @@ def local_training(
 
         return jax.lax.scan(minibatch, carry, jnp.arange(num_batches))
 
-    (params, _), losses = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
-    return params, _mean_loss(*losses)
+    carry, losses = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
+    return _local_result(carry, *losses)
 
 
-def _mean_loss(losses, moved):
-    """The mean of ``losses`` over the steps that ``moved`` the model (0 if none did)."""
-    losses, moved = losses.reshape(-1), moved.reshape(-1)
-    total = pairwise_sum(jnp.where(moved, losses, 0.0))
-    return total / jnp.maximum(jnp.sum(moved), 1)
+def _squared_norm(tree) -> jax.Array:
+    """‖v‖² of the vector a pytree stands for (elementwise halvings: batch-invariant)."""
+    return sum(pairwise_sum(leaf.reshape(-1) ** 2) for leaf in jax.tree.leaves(tree))
+
+
+def _local_result(carry, losses, moved, grad_sq) -> LocalResult:
+    """``LocalResult`` of the final carry and the per-step (loss, moved, ‖g‖²) of the steps."""
+    params, _, grad_sum = carry
+    losses, moved, grad_sq = losses.reshape(-1), moved.reshape(-1), grad_sq.reshape(-1)
+    count = jnp.maximum(jnp.sum(moved), 1)
+    loss = pairwise_sum(jnp.where(moved, losses, 0.0)) / count
+    mean_sq = pairwise_sum(jnp.where(moved, grad_sq, 0.0)) / count
+    # Rounding can take the difference of two close values below 0.
+    variance = jnp.maximum(mean_sq - _squared_norm(grad_sum) / count**2, 0.0)
+    return LocalResult(params, loss, variance)
 
 
 def minibatch_loss(apply_fn, params, data: FederatedData, key, batch_size: int, partition=0):
@@ -217,6 +246,36 @@ def minibatch_loss(apply_fn, params, data: FederatedData, key, batch_size: int, 
         return masked_loss(apply_fn, params, x, y, mask[positions])
 
     return jax.vmap(one)(jnp.arange(num_clients))
+
+
+def full_gradient(apply_fn, params, data: FederatedData, client, partition=0):
+    """The gradient at ``params`` of client ``client``'s mean loss over all its samples (its
+    full-batch gradient ∇F_i(w); 0 for a client without samples)."""
+    mask = data.mask[partition, client]
+    x, y = data.x[partition, client], data.y[partition, client]
+    return jax.grad(lambda p: masked_loss(apply_fn, p, x, y, mask))(params)
+
+
+def gradient_sketches(apply_fn, params, data: FederatedData, key, dim: int, partition=0):
+    """f[N, dim]: every client's ``full_gradient`` at ``params``, sketched by the projection of
+    ``key`` (``jfl.fl.sketch``). Clients go through the backward pass ``GRADIENT_BATCH`` at a
+    time, each batch sketched before the next, so memory holds that many gradients only."""
+    num_clients = data.mask.shape[1]
+    size = min(num_clients, GRADIENT_BATCH)
+    num_batches = math.ceil(num_clients / size)
+    clients = jnp.minimum(jnp.arange(num_batches * size), num_clients - 1)
+
+    def one_batch(batch):
+        grads = jax.vmap(lambda c: full_gradient(apply_fn, params, data, c, partition))(batch)
+        return sketch(key, flat_rows(grads), dim)
+
+    sketches = jax.lax.map(one_batch, clients.reshape(num_batches, size))
+    return sketches.reshape(num_batches * size, dim)[:num_clients]
+
+
+def row_norms(rows) -> jax.Array:
+    """f[B]: the Euclidean norm of each row of f[B, D] (elementwise halvings)."""
+    return jnp.sqrt(pairwise_sum(rows * rows, axis=1))
 
 
 def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
@@ -305,6 +364,7 @@ def check_learner_options(
     global_every,
     local_steps=None,
     probe_batch=1,
+    sketch_dim=SKETCH_DIM,
 ) -> None:
     """Static options, checked before anything compiles (ValueError naming the option)."""
     for name, value, low in (
@@ -313,6 +373,7 @@ def check_learner_options(
         ("num_servers", num_servers, 1),
         ("global_every", global_every, 1),
         ("probe_batch", probe_batch, 1),
+        ("sketch_dim", sketch_dim, 1),
     ):
         if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -346,6 +407,7 @@ def make_learner(
     global_every: int = 1,
     local_steps: int | None = None,
     probe_batch: int | None = None,
+    sketch_dim: int = SKETCH_DIM,
 ) -> Learner:
     """FedAvg (or hierarchical FedAvg with ``num_servers`` edge servers) for the runner.
 
@@ -355,15 +417,20 @@ def make_learner(
     it are not trained and are counted in ``untrained``, so a sweep can refuse such a run; set
     it to the policy's largest possible selection (m for top-m policies) to avoid training empty
     slots. Traced hyperparameters: ``learning_rate``, and ``partition`` (index into the data's
-    leading axis, default 0). ``signals`` gives the global model's ``local_signals`` and its
-    ``minibatch_loss`` on ``probe_batch`` samples (default: ``batch_size``); ``step`` gives each
-    participant's ``train_loss``.
+    leading axis, default 0). ``signals`` gives the global model's ``local_signals``, its
+    ``minibatch_loss`` on ``probe_batch`` samples (default: ``batch_size``), every client's
+    ``grad_sketch`` (``gradient_sketches``) and ``local_update_norm`` (the norm of the update
+    each client would make this round: every client trains); ``step`` gives each participant's
+    ``train_loss``, ``grad_var``, ``update_norm`` ‖θ_k − w‖ and ``update_sketch`` (θ_k − w
+    sketched). Sketches have ``sketch_dim`` coordinates, by one projection drawn per run.
     """
     slots = num_clients if slots is None else slots
     probe_batch = batch_size if probe_batch is None else probe_batch
     options = dict(epochs=epochs, batch_size=batch_size, slots=slots, num_clients=num_clients)
     options.update(num_servers=num_servers, aggregation=aggregation, global_every=global_every)
-    check_learner_options(**options, local_steps=local_steps, probe_batch=probe_batch)
+    check_learner_options(
+        **options, local_steps=local_steps, probe_batch=probe_batch, sketch_dim=sketch_dim
+    )
 
     def apply_fn(params, x):
         return model.apply({"params": params}, x)
@@ -372,7 +439,7 @@ def make_learner(
         del data, hparams
         params = model.init(key, jnp.zeros((1, *sample_shape), jnp.float32))["params"]
         edge = jax.tree.map(lambda p: jnp.broadcast_to(p, (num_servers, *p.shape)), params)
-        return LearnerState(edge_params=edge)
+        return LearnerState(edge, jax.random.fold_in(key, SKETCH_STREAM))
 
     train = jax.vmap(
         lambda params, client, key, lr, partition, data: local_training(
@@ -399,8 +466,10 @@ def make_learner(
         client's model reached its server before the deadline), ``t`` the 1-based round.
         ``weight`` f[N] (a policy's ``jfl.policies.Selection``): each delivered client's update
         θ_k − w moves its server's model by that weight, unnormalised, instead of the
-        ``aggregation`` average. Metrics: ``num_delivered``, ``untrained``, and ``train_loss``
-        f[N] (``local_training``'s, 0 for clients not trained this round).
+        ``aggregation`` average. Metrics: ``num_delivered``, ``untrained``, and the round
+        signals (0 for clients not trained this round): ``train_loss`` and ``grad_var`` f[N]
+        (``local_training``'s), ``update_norm`` f[N] and ``update_sketch`` f[N, sketch_dim] of
+        θ_k − w (XLA drops what the run does not read).
         """
         selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
         server = jnp.zeros(num_clients, jnp.int32) if action.ndim == 1 else jnp.argmax(action, -1)
@@ -410,7 +479,8 @@ def make_learner(
         keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
         start = jax.tree.map(lambda p: p[server[clients]], state.edge_params)
         partition = partition_index(hparams)
-        trained, losses = train(start, clients, keys, hparams["learning_rate"], partition, data)
+        local = train(start, clients, keys, hparams["learning_rate"], partition, data)
+        trained = local.params
         arrived = in_use & delivered[clients]
         if weight is not None:
             edge = _move(trained, jnp.where(arrived, weight[clients], 0.0), server[clients],
@@ -428,15 +498,24 @@ def make_learner(
             edge = jax.tree.map(
                 lambda e, g: jnp.where(is_global, jnp.broadcast_to(g, e.shape), e), edge, merged
             )
+        # Unused slots (client 0 as filler) scatter out of range and are dropped.
+        target = jnp.where(in_use, clients, num_clients)
+
+        def per_client(values):
+            blank = jnp.zeros((num_clients, *values.shape[1:]), values.dtype)
+            return blank.at[target].set(values, mode="drop")
+
+        updates = flat_rows(trained) - flat_rows(start)
         metrics = {
             "num_delivered": jnp.sum(arrived, dtype=jnp.int32),
             "untrained": jnp.maximum(num_selected - slots, 0),
-            # Unused slots (client 0 as filler) scatter out of range and are dropped.
-            "train_loss": jnp.zeros(num_clients, losses.dtype)
-            .at[jnp.where(in_use, clients, num_clients)]
-            .set(losses, mode="drop"),
+            "train_loss": per_client(local.train_loss),
+            "grad_var": per_client(local.grad_var),
+            "update_norm": per_client(row_norms(updates)),
         }
-        return LearnerState(edge_params=edge), metrics
+        if state.sketch_key is not None:  # a state built by hand may have no projection
+            metrics["update_sketch"] = per_client(sketch(state.sketch_key, updates, sketch_dim))
+        return state._replace(edge_params=edge), metrics
 
     def evaluate(state: LearnerState, data: FederatedData) -> dict:
         """Test accuracy and loss of the global model (the mean of the edge models)."""
@@ -444,9 +523,11 @@ def make_learner(
 
     def signals(key, state: LearnerState, data: FederatedData, hparams, names) -> dict:
         """The signals ``names`` (of ``LEARNER_SIGNALS`` before a round) of the global model
-        (the mean of the edge models) on the configuration's partition: ``local_signals``
-        (one pass over every client's samples, only if one of them is asked for) and
-        ``minibatch_loss`` on ``probe_batch`` samples drawn with ``key``."""
+        (the mean of the edge models) on the configuration's partition, each computed only if
+        asked for: ``local_signals`` (one pass over every client's samples), ``minibatch_loss``
+        on ``probe_batch`` samples drawn with ``key``, ``grad_sketch`` (a backward pass per
+        client) and ``local_update_norm`` (every client trains from the global model, its
+        randomness from ``key`` as ``step``'s from the round's key)."""
         params = server_mean(state.edge_params)
         partition = partition_index(hparams)
         values = {}
@@ -456,7 +537,21 @@ def make_learner(
             values["minibatch_loss"] = minibatch_loss(
                 apply_fn, params, data, key, probe_batch, partition
             )
+        if "grad_sketch" in names:
+            values["grad_sketch"] = gradient_sketches(
+                apply_fn, params, data, state.sketch_key, sketch_dim, partition
+            )
+        if "local_update_norm" in names:
+            values["local_update_norm"] = every_update_norm(key, params, partition, hparams, data)
         return {name: values[name] for name in names}
+
+    def every_update_norm(key, params, partition, hparams, data):
+        """f[N]: ‖θ_i − w‖ of every client i trained from ``params`` (keys as ``step``'s)."""
+        clients = jnp.arange(num_clients)
+        keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
+        start = jax.tree.map(lambda p: jnp.broadcast_to(p, (num_clients, *p.shape)), params)
+        local = train(start, clients, keys, hparams["learning_rate"], partition, data)
+        return row_norms(flat_rows(local.params) - flat_rows(start))
 
     return Learner(
         init=init,

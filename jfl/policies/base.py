@@ -42,17 +42,23 @@ from jfl.checks import describe_range, in_range
 
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
+# The sketches are f[N, K] (``jfl.fl.sketch``: a fixed random projection of a model-sized vector).
 LEARNER_SIGNALS = (
     "local_accuracy",
     "local_loss",
     "local_loss_sq",
     "data_size",
     "minibatch_loss",
+    "grad_sketch",
+    "local_update_norm",
     "train_loss",
+    "update_sketch",
+    "update_norm",
+    "grad_var",
 )
-# Of those, the signals of the round just trained, f[N] (participants' values, 0 elsewhere):
+# Of those, the signals of the round just trained (participants' values, 0 elsewhere):
 # ``update`` sees them after the round, ``select`` never does.
-ROUND_SIGNALS = ("train_loss",)
+ROUND_SIGNALS = ("train_loss", "update_sketch", "update_norm", "grad_var")
 
 
 class Policy(NamedTuple):

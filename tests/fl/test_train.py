@@ -23,8 +23,10 @@ import pytest
 
 from jfl.envs import RbcsfEnv, WirelessEnv, wireless
 from jfl.envs.rbcsf import make_params
+from jfl.fl.sketch import SKETCH_BLOCK, projection_block
 from jfl.fl.train import (
     EVAL_BATCH,
+    SKETCH_DIM,
     FederatedData,
     LearnerState,
     local_sgd,
@@ -986,3 +988,112 @@ def test_runner_hands_current_local_accuracy_to_the_policy(digits, local_accurac
     np.testing.assert_array_equal(out["accuracy"][-1], np.asarray(final["accuracy"]))
     # The signals follow the model: some later selection is not a lowest set of round 1's.
     assert any(not is_lowest(out["selected"][t], seen[0], LA_CHANNELS) for t in range(1, LA_ROUNDS))
+
+
+# ---------------------------------------------------------------------------------------------
+# 15. The update- and gradient-aware signals: sketches, norms, the local gradient variance
+
+
+def numpy_gradient(params, x, y):
+    """(∂/∂kernel, ∂/∂bias) of the linear model's mean cross-entropy on (x, y), float64."""
+    w = np.asarray(params["Dense_0"]["kernel"], np.float64)
+    b = np.asarray(params["Dense_0"]["bias"], np.float64)
+    x = x.reshape(len(x), -1).astype(np.float64)
+    z = x @ w + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    g = (p / p.sum(axis=1, keepdims=True) - np.eye(K)[y]) / len(x)
+    return x.T @ g, g.sum(axis=0)
+
+
+def flat(kernel, bias) -> np.ndarray:
+    """The vector the parameter pytree stands for, leaves in tree order (bias, kernel)."""
+    return np.concatenate([np.ravel(bias), np.ravel(kernel)])
+
+
+def projection(key, dim=SKETCH_DIM) -> np.ndarray:
+    """The run's projection R, f64[D, dim], block by block from the sketch kernel's draws."""
+    length = K + int(np.prod(SHAPE)) * K
+    blocks = [np.asarray(projection_block(key, b, dim), np.float64)
+              for b in range(-(-length // SKETCH_BLOCK))]  # fmt: skip
+    return np.concatenate(blocks)[:length]
+
+
+def numpy_steps_with_variance(params, x, y, key, lr, steps, batch_size):
+    """``numpy_local_steps`` that also returns mean_b ‖g_b‖² − ‖mean_b g_b‖² over the steps'
+    minibatch gradients (0 without samples): DELTA's local variance σ_i²."""
+    n = len(y)
+    params = jax.tree.map(lambda p: np.asarray(p, np.float64), params)
+    if n == 0:
+        return params, 0.0
+    grads = []
+    for k in jax.random.split(key, steps):
+        chosen = np.argsort(np.asarray(jax.random.uniform(k, (n,))), kind="stable")[:batch_size]
+        grads.append(flat(*numpy_gradient(params, x[chosen], y[chosen])))
+        params = numpy_gradient_descent(params, x[chosen], y[chosen], lr, 1)
+    grads = np.stack(grads)
+    return params, float((grads**2).sum(1).mean() - (grads.mean(0) ** 2).sum())
+
+
+SKETCH_KEY = jax.random.key(9)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_round_signals_update_norm_sketch_and_gradient_variance_match_numpy(seed):
+    """A round with ``STEPS``'s options (the step compiled for section 12): each participant's
+    ``update_norm`` ‖θ − w‖, ``update_sketch`` (θ − w)ᵀR and ``grad_var`` against NumPy SGD
+    fed the same minibatches, 0 for the others; a client without samples has 0 throughout."""
+    steps, batch_size = STEPS["local_steps"], STEPS["batch_size"]
+    data, params, lr, key = random_instance(seed, batch_size)
+    r = projection(SKETCH_KEY)
+    w0 = flat(params["Dense_0"]["kernel"], params["Dense_0"]["bias"]).astype(np.float64)
+    clients = (0, 2, 3, 4)
+    state = LearnerState(as_state(params).edge_params, SKETCH_KEY)
+    _, metrics = step(STEPS, state, select(*clients), data=data, lr=lr, key=key)
+    for c in range(N):
+        n = int(data.count[0, c])
+        x, y, k_c = data.x[0, c, :n], data.y[0, c, :n], jax.random.fold_in(key, c)
+        trained, variance = numpy_steps_with_variance(params, x, y, k_c, lr, steps, batch_size)
+        update = flat(trained["Dense_0"]["kernel"], trained["Dense_0"]["bias"]) - w0
+        if c not in clients:
+            update, variance = 0 * update, 0.0
+        np.testing.assert_allclose(float(metrics["update_norm"][c]), np.linalg.norm(update),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(np.asarray(metrics["update_sketch"][c]), update @ r,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(float(metrics["grad_var"][c]), variance, rtol=1e-4, atol=1e-6)
+    assert float(np.max(metrics["grad_var"])) > 0  # minibatches differ: a real variance
+
+
+def test_signals_grad_sketch_and_local_update_norm_match_numpy():
+    """Before a round: every client's full-batch gradient at the global model, sketched, and
+    the norm of the update every client would make from the signals' key (``STEPS``)."""
+    steps, batch_size = STEPS["local_steps"], STEPS["batch_size"]
+    data, params, lr, key = random_instance(4, batch_size)
+    learner = _learner(**{**DEFAULTS, **STEPS})
+    state = LearnerState(as_state(params).edge_params, SKETCH_KEY)
+    names = ("grad_sketch", "local_update_norm")
+    hparams = {"learning_rate": np.float32(lr)}
+    got = jax.jit(learner.signals, static_argnums=4)(key, state, data, hparams, names)
+    r = projection(SKETCH_KEY)
+    w0 = flat(params["Dense_0"]["kernel"], params["Dense_0"]["bias"]).astype(np.float64)
+    assert got["grad_sketch"].shape == (N, SKETCH_DIM)
+    for c in range(N):
+        n = int(data.count[0, c])
+        x, y = data.x[0, c, :n], data.y[0, c, :n]
+        gradient = flat(*numpy_gradient(params, x, y)) if n else np.zeros_like(w0)
+        np.testing.assert_allclose(np.asarray(got["grad_sketch"][c]), gradient @ r,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        trained, _ = numpy_steps_with_variance(
+            params, x, y, jax.random.fold_in(key, c), lr, steps, batch_size
+        )
+        update = flat(trained["Dense_0"]["kernel"], trained["Dense_0"]["bias"]) - w0
+        np.testing.assert_allclose(float(got["local_update_norm"][c]), np.linalg.norm(update),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_the_projection_is_drawn_once_per_run_from_the_init_key():
+    learner = _learner(**DEFAULTS)
+    a, b = (learner.init(jax.random.key(s), DATA, {}) for s in (0, 1))
+    again = learner.init(jax.random.key(0), DATA, {})
+    assert np.array_equal(jax.random.key_data(a.sketch_key), jax.random.key_data(again.sketch_key))
+    assert not np.array_equal(jax.random.key_data(a.sketch_key), jax.random.key_data(b.sketch_key))
