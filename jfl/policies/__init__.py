@@ -18,7 +18,10 @@ Families (implementation modules, private):
   cheaper variants ``cpow_d`` and ``rpow_d`` and its unbiased baseline ``proportional`` (rand),
   ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1), ``oort``
   (Oort), ``e3cs`` (E3CS: Exp3 with a fairness floor) with its FedCS-like baseline
-  ``most_reliable``.
+  ``most_reliable``;
+* the update- and gradient-aware methods (SPEC §10, second group), which read sketches and
+  norms of the clients' updates and gradients: ``delta`` (DELTA) and ``fedis`` (FedIS),
+  unbiased samplers learnt from the participants, and ``ocs`` (optimal client sampling).
 """
 
 from jfl.policies._afl import afl
@@ -41,6 +44,7 @@ from jfl.policies._cocs import (
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
 from jfl.policies._e3cs import e3cs, most_reliable
+from jfl.policies._importance import delta, fedis, ocs
 from jfl.policies._local_accuracy import local_accuracy
 from jfl.policies._oort import oort
 from jfl.policies._power_of_choice import cpow_d, pow_d, proportional, rpow_d
@@ -89,11 +93,13 @@ __all__ = [
     "cs_ucb_q",
     "cucb",
     "cucb_pairs",
+    "delta",
     "dirichlet_random",
     "draws_selection",
     "e3cs",
     "exploration_threshold",
     "fedcs",
+    "fedis",
     "get",
     "hypercube_index",
     "initial_rounds",
@@ -103,6 +109,7 @@ __all__ = [
     "local_accuracy",
     "modified_cs_ucb",
     "most_reliable",
+    "ocs",
     "oort",
     "oracle",
     "oracle_context",
