@@ -13,7 +13,11 @@ RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a 
      FedAvg on the selected clients, one seed per configuration, each configuration with its own
      learning rate) as one vmapped program, against the 64 configurations run one after another
      through the same program compiled for a single configuration;
-  3. with --accelerator (instead of 1 and 2): ``sweeps/fl_rbcsf.py`` on its defaults as a
+  3. what each learner signal costs a round (ms, and × the round's training step): the full
+     pass of ``local_loss``, ``minibatch_loss``, every client's ``grad_sketch`` and
+     ``local_update_norm``, and the round signals (``update_sketch``, ``update_norm``,
+     ``grad_var``) the step computes beside the training;
+  4. with --accelerator (instead of 1 to 3): ``sweeps/fl_rbcsf.py`` on its defaults as a
      process, and the vmapped grid at 64, 512 (and, logistic, 4,096) configurations in
      config-rounds per second.
 Timings are the best of several calls after a first (compiling) call. No number here is asserted
@@ -145,6 +149,42 @@ def grid_rate(model_name: str, num_configs: int, rounds: int) -> tuple[float, fl
     return num_configs * rounds / seconds, compile_s
 
 
+SIGNALS = ("local_loss", "minibatch_loss", "grad_sketch", "local_update_norm")
+ROUND_SIGNALS = ("update_sketch", "update_norm", "grad_var")
+
+
+def signal_costs(model_name: str, repeats: int) -> tuple[float, dict[str, float]]:
+    """(seconds of one training step of SELECTED clients, {signal: extra seconds}) of one round:
+    each signal before the round on its own, the round signals as the step's extra cost."""
+    model, data, sample_shape = setup(model_name)
+    learner = make_learner(
+        model, sample_shape, NUM_CLIENTS, epochs=EPOCHS, batch_size=BATCH, slots=SELECTED
+    )
+    hparams = {"learning_rate": np.float32(0.1)}
+    state = learner.init(jax.random.key(0), data, hparams)
+    action = jnp.arange(NUM_CLIENTS) < SELECTED
+    key = jax.random.key(1)
+
+    def step_with(names):
+        def step(state):
+            new, metrics = learner.step(key, state, action, action, 1, data, hparams)
+            return new, {name: metrics[name] for name in names}
+
+        return jax.jit(step)
+
+    plain, with_round = step_with(()), step_with(ROUND_SIGNALS)
+    jax.block_until_ready((plain(state), with_round(state)))
+    base = best_time(lambda: plain(state), repeats)
+    costs = {"round signals": best_time(lambda: with_round(state), repeats) - base}
+    for name in SIGNALS:
+        signal = jax.jit(
+            lambda state, name=name: learner.signals(key, state, data, hparams, (name,))
+        )
+        jax.block_until_ready(signal(state))
+        costs[name] = best_time(lambda signal=signal: signal(state), repeats)
+    return base, costs
+
+
 def fl_rbcsf_process() -> tuple[float, float]:
     """(process seconds, driver seconds) of ``sweeps/fl_rbcsf.py`` on its defaults."""
     import json
@@ -213,6 +253,14 @@ def main(argv=None) -> int:
         fast, slow, compile_s = grid_times(name, args.configs, rounds, grid_repeats)
         ratio = slow / fast
         print(f"{name:<14}{rounds:>7}{fast:>11.2f}{slow:>14.2f}{ratio:>14.1f}{compile_s:>11.1f}")
+
+    print(f"\n3. learner signals, ms a round (× the training step of {SELECTED} clients)")
+    names = ("round signals", *SIGNALS)
+    print(f"{'model':<14}{'step ms':>9}" + "".join(f"{n:>22}" for n in names))
+    for name in MODELS:
+        base, costs = signal_costs(name, repeats)
+        cells = "".join(f"{f'{costs[n] * 1e3:.2f} ({costs[n] / base:.2f}×)':>22}" for n in names)
+        print(f"{name:<14}{base * 1e3:>9.2f}{cells}")
     return 0
 
 

@@ -10,9 +10,9 @@ K ≳ 8·ln(n²/δ)/ε² (Dasgupta and Gupta 2003). K = 128 keeps relative error
 
 ``R`` is never stored: its rows come in blocks of ``SKETCH_BLOCK``, block b drawn from
 ``fold_in(key, b)``, so that the memory is K·SKETCH_BLOCK floats whatever D, and one key (drawn
-once per run) fixes the whole projection. The products are summed by halvings
-(``pairwise_sum``) and the blocks in order, so that a vector's sketch does not depend on how many
-others are sketched with it, nor on the batch of runs.
+once per run) fixes the whole projection. Each block is one matrix product of a fixed inner
+length, and the blocks are added in order, so that a vector's sketch does not depend on how many
+others are sketched with it, nor on the batch of runs (``tests/fl/test_sketch.py`` checks it).
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-
-from jfl.kernels.reduce import pairwise_sum
 
 SKETCH_BLOCK = 256  # rows of the projection drawn at a time
 
@@ -56,8 +54,8 @@ def sketch(key: jax.Array, vectors: jax.Array, dim: int) -> jax.Array:
 
     def add(total, xs):
         block, rows = xs
-        product = rows[:, :, None] * projection_block(key, block, dim)[None]
-        return total + pairwise_sum(product, axis=1), None
+        product = jnp.dot(rows, projection_block(key, block, dim), precision="highest")
+        return total + product, None
 
     start = jnp.zeros((num_rows, dim), jnp.float32)
     total, _ = jax.lax.scan(add, start, (jnp.arange(num_blocks), blocks))

@@ -259,7 +259,7 @@ def full_gradient(apply_fn, params, data: FederatedData, client, partition=0):
 def gradient_sketches(apply_fn, params, data: FederatedData, key, dim: int, partition=0):
     """f[N, dim]: every client's ``full_gradient`` at ``params``, sketched by the projection of
     ``key`` (``jfl.fl.sketch``). Clients go through the backward pass ``GRADIENT_BATCH`` at a
-    time, each batch sketched before the next, so memory holds that many gradients only."""
+    time; the N gradients are then sketched together, so the projection is drawn once."""
     num_clients = data.mask.shape[1]
     size = min(num_clients, GRADIENT_BATCH)
     num_batches = math.ceil(num_clients / size)
@@ -267,10 +267,10 @@ def gradient_sketches(apply_fn, params, data: FederatedData, key, dim: int, part
 
     def one_batch(batch):
         grads = jax.vmap(lambda c: full_gradient(apply_fn, params, data, c, partition))(batch)
-        return sketch(key, flat_rows(grads), dim)
+        return flat_rows(grads)
 
-    sketches = jax.lax.map(one_batch, clients.reshape(num_batches, size))
-    return sketches.reshape(num_batches * size, dim)[:num_clients]
+    rows = jax.lax.map(one_batch, clients.reshape(num_batches, size))
+    return sketch(key, rows.reshape(num_batches * size, -1)[:num_clients], dim)
 
 
 def row_norms(rows) -> jax.Array:
