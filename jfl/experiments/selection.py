@@ -1,7 +1,7 @@
 """Every client-selection method on one federated task (``sweeps/fl_selection.py``).
 
 The methods FL papers compare against (SPEC §10: Power-of-Choice and its variants, rand, AFL,
-Oort, E3CS, clustered sampling) beside the seed papers' RBCS-F, FedCS and Random, with the same
+Oort, E3CS, clustered sampling; FedIS, DELTA and optimal client sampling) beside the seed papers' RBCS-F, FedCS and Random, with the same
 learner, data and system heterogeneity: N = 100 clients, m = 10 a round, label- and
 quantity-skewed data (each class dealt to the clients in Dirichlet(α) proportions, α ∈ {0.1,
 0.3, 1}), and the ``rbcsf`` latency environment deciding every round's time.
@@ -28,7 +28,8 @@ from jfl.experiments.training import (
 )
 from jfl.stats import NONNEGATIVE, Bounds
 
-# Every §10 method of the first group, then the seed papers' methods runnable on ``rbcsf``.
+# Every §10 method (the first group, then the update- and gradient-aware second), then the seed
+# papers' methods runnable on ``rbcsf``.
 SELECTION_METHODS = (
     "random",
     "proportional",
@@ -39,6 +40,9 @@ SELECTION_METHODS = (
     "afl",
     "oort",
     "e3cs",
+    "fedis",
+    "delta",
+    "ocs",
     "rbcsf",
     "fedcs",
 )
