@@ -21,7 +21,8 @@ Families (implementation modules, private):
   ``most_reliable``;
 * the update- and gradient-aware methods (SPEC §10, second group), which read sketches and
   norms of the clients' updates and gradients: ``delta`` (DELTA) and ``fedis`` (FedIS),
-  unbiased samplers learnt from the participants, and ``ocs`` (optimal client sampling).
+  unbiased samplers learnt from the participants, ``ocs`` (optimal client sampling) and
+  ``fedcor`` (FedCor: a Gaussian process over the clients' loss changes).
 """
 
 from jfl.policies._afl import afl
@@ -44,6 +45,7 @@ from jfl.policies._cocs import (
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
 from jfl.policies._e3cs import e3cs, most_reliable
+from jfl.policies._fedcor import fedcor
 from jfl.policies._importance import delta, fedis, ocs
 from jfl.policies._local_accuracy import local_accuracy
 from jfl.policies._oort import oort
@@ -98,6 +100,7 @@ __all__ = [
     "draws_selection",
     "e3cs",
     "exploration_threshold",
+    "fedcor",
     "fedcs",
     "fedis",
     "get",
