@@ -1,10 +1,11 @@
 """Every client-selection method on one federated task (``sweeps/fl_selection.py``).
 
 The methods FL papers compare against (SPEC §10: Power-of-Choice and its variants, rand, AFL,
-Oort, E3CS, clustered sampling; FedIS, DELTA, optimal client sampling, FedCor) beside the seed papers' RBCS-F, FedCS and Random, with the same
-learner, data and system heterogeneity: N = 100 clients, m = 10 a round, label- and
-quantity-skewed data (each class dealt to the clients in Dirichlet(α) proportions, α ∈ {0.1,
-0.3, 1}), and the ``rbcsf`` latency environment deciding every round's time.
+Oort, E3CS, clustered sampling by size and by similarity; FedIS, DELTA, optimal client sampling,
+FedCor, DivFL) beside the seed papers' RBCS-F, FedCS and Random, with the same learner, data and
+system heterogeneity: N = 100 clients, m = 10 a round, label- and quantity-skewed data (each class
+dealt to the clients in Dirichlet(α) proportions, α ∈ {0.1, 0.3, 1}), and the ``rbcsf`` latency
+environment deciding every round's time.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ SELECTION_METHODS = (
     "delta",
     "ocs",
     "fedcor",
+    "divfl",
+    "clustered_similarity",
     "rbcsf",
     "fedcs",
 )

@@ -38,14 +38,13 @@ import optax
 
 from jfl.fl.sketch import flat_rows, sketch
 from jfl.kernels.reduce import pairwise_sum
-from jfl.policies.base import LEARNER_SIGNALS
+from jfl.policies.base import LEARNER_SIGNALS, SKETCH_DIM
 
 AGGREGATIONS = ("data_size", "uniform")
 # The signals ``local_signals`` computes in one pass over every client's samples.
 FULL_PASS_SIGNALS = frozenset({"local_accuracy", "local_loss", "local_loss_sq", "data_size"})
 EVAL_BATCH = 1024  # test samples per forward pass when evaluating
 GRADIENT_BATCH = 16  # clients per backward pass of ``gradient_sketches``
-SKETCH_DIM = 128  # K of the sketches (``make_learner``'s ``sketch_dim``)
 # fold_in(init key, SKETCH_STREAM) keys the run's projection: the model's draws stay as they were.
 SKETCH_STREAM = 0x5EC7
 

@@ -1,6 +1,13 @@
 """Pure single-instance kernels; callers ``vmap`` them."""
 
 from jfl.kernels.assignment import AssignmentResult, assignment_value, budgeted_assignment
+from jfl.kernels.linkage import (
+    Linkage,
+    cut_by_weight,
+    node_weights,
+    pairwise_distances,
+    ward_linkage,
+)
 from jfl.kernels.queues import virtual_queue_update
 from jfl.kernels.ridge import (
     RidgeEstimate,
@@ -25,6 +32,7 @@ from jfl.kernels.ucb import ArmStats, arm_stats_init, arm_stats_update, ucb_bonu
 __all__ = [
     "ArmStats",
     "AssignmentResult",
+    "Linkage",
     "RidgeEstimate",
     "RidgeState",
     "arm_stats_init",
@@ -33,11 +41,14 @@ __all__ = [
     "budgeted_assignment",
     "capped_inclusion",
     "clustered_buckets",
+    "cut_by_weight",
     "divide_and_conquer",
     "draw_per_bucket",
     "gumbel_top_k",
     "lower_confidence_bound",
+    "node_weights",
     "p4_objective",
+    "pairwise_distances",
     "ridge_estimate",
     "ridge_init",
     "ridge_update",
@@ -49,4 +60,5 @@ __all__ = [
     "ucb_index",
     "upper_confidence_bound",
     "virtual_queue_update",
+    "ward_linkage",
 ]

@@ -22,12 +22,15 @@ Families (implementation modules, private):
 * the update- and gradient-aware methods (SPEC §10, second group), which read sketches and
   norms of the clients' updates and gradients: ``delta`` (DELTA) and ``fedis`` (FedIS),
   unbiased samplers learnt from the participants, ``ocs`` (optimal client sampling) and
-  ``fedcor`` (FedCor: a Gaussian process over the clients' loss changes).
+  ``fedcor`` (FedCor: a Gaussian process over the clients' loss changes), ``divfl`` (DivFL:
+  greedy facility location on the clients' gradient sketches) and ``clustered_similarity``
+  (clustered sampling, Algorithm 2: Ward clusters of the participants' update sketches).
 """
 
 from jfl.policies._afl import afl
 from jfl.policies._baselines import dirichlet_random, fedcs, random
 from jfl.policies._clustered import clustered_size
+from jfl.policies._clustered_similarity import clustered_similarity
 from jfl.policies._cocs import (
     cocs,
     cocs_lookahead,
@@ -44,6 +47,7 @@ from jfl.policies._cocs import (
     random_feasible_decision,
 )
 from jfl.policies._cs_ucb import cs_ucb, cs_ucb_q, initial_rounds, modified_cs_ucb, round_robin
+from jfl.policies._divfl import divfl
 from jfl.policies._e3cs import e3cs, most_reliable
 from jfl.policies._fedcor import fedcor
 from jfl.policies._importance import delta, fedis, ocs
@@ -87,6 +91,7 @@ __all__ = [
     "afl",
     "check_selection_size",
     "check_signals",
+    "clustered_similarity",
     "clustered_size",
     "cocs",
     "cocs_lookahead",
@@ -97,6 +102,7 @@ __all__ = [
     "cucb_pairs",
     "delta",
     "dirichlet_random",
+    "divfl",
     "draws_selection",
     "e3cs",
     "exploration_threshold",

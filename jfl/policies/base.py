@@ -42,7 +42,9 @@ from jfl.checks import describe_range, in_range
 
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
-# The sketches are f[N, K] (``jfl.fl.sketch``: a fixed random projection of a model-sized vector).
+# The sketches are f[N, K] (``jfl.fl.sketch``: a fixed random projection of a model-sized vector),
+# K = SKETCH_DIM unless the learner is built with another ``sketch_dim``.
+SKETCH_DIM = 128
 LEARNER_SIGNALS = (
     "local_accuracy",
     "local_loss",
@@ -59,6 +61,16 @@ LEARNER_SIGNALS = (
 # Of those, the signals of the round just trained (participants' values, 0 elsewhere):
 # ``update`` sees them after the round, ``select`` never does.
 ROUND_SIGNALS = ("train_loss", "update_sketch", "update_norm", "grad_var")
+
+
+def check_sketch(sketch, sketch_dim: int, name: str) -> None:
+    """ValueError (at trace time) unless the learner's ``sketch`` has ``sketch_dim`` columns: a
+    policy that keeps sketches in its state sizes it when built."""
+    if sketch.shape[-1] != sketch_dim:
+        raise ValueError(
+            f"the learner's {name} has {sketch.shape[-1]} coordinates, the policy was built with "
+            f"sketch_dim={sketch_dim}: build it with the learner's sketch_dim"
+        )
 
 
 class Policy(NamedTuple):
