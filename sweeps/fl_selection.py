@@ -1,7 +1,8 @@
 """Every client-selection method on one federated task: Power-of-Choice (pow-d, cpow-d, rpow-d),
-rand, clustered sampling, AFL, Oort, E3CS, RBCS-F, FedCS and Random.
+rand, clustered sampling (by size and by similarity), AFL, Oort, E3CS, FedIS, DELTA, optimal
+client sampling, FedCor, DivFL, RBCS-F, FedCS and Random.
 
-    python sweeps/fl_selection.py                                   # digits, about a minute
+    python sweeps/fl_selection.py                                   # digits, 1.5 minutes
     python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
     python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR --model fashion_cnn
 

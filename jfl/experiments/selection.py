@@ -64,8 +64,8 @@ class FlSelection(RbcsfScenario):
     sampling) have shares to work with. Each method runs with its paper's defaults; ``--d`` and
     ``--sigma`` sweep Power-of-Choice's candidates and E3CS's fairness quota. ``--round-deadline``
     drops the clients slower than it (E3CS's success; none by default). Default: digits with
-    logistic regression, about a minute on 2 cores; the summary gives the final accuracy, and
-    the rounds and simulated time to ``--target-accuracy``.
+    logistic regression, about a minute and a half on 2 cores; the summary gives the final
+    accuracy, and the rounds and simulated time to ``--target-accuracy``.
 
         python sweeps/fl_selection.py
         python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
