@@ -24,7 +24,8 @@ The server keeps each client's last model update θ_i − w, its "representative
 
 Every bucket has mass 1 and each client m·p_i over the buckets, so the aggregation is unbiased
 as in Algorithm 1. Where the authors' code and the project's SPEC part, and what is added for
-shapes that the code does not handle (docs/decisions.md#clustered-similarity-ward-input and the entries after it):
+shapes that the code does not handle (docs/decisions.md#clustered-similarity-ward-input and the
+entries after it):
 
 * ``ward_input="distances"`` (default): Ward on the angles as dissimilarities (SPEC §10, the
   paper's method). The code passes the square N × N matrix to ``scipy.cluster.hierarchy.linkage``,
