@@ -3,6 +3,7 @@
     python bench/bench_fedavg.py            # both models (a few minutes on a 2-core CPU)
     python bench/bench_fedavg.py --quick    # fewer rounds and repeats, for a smoke run
     python bench/bench_fedavg.py --accelerator   # larger grids, on a GPU or TPU
+    python bench/bench_fedavg.py --signals       # only what each learner signal costs
 
 Prints, for the same machine and the same run, for multinomial logistic regression and the
 RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a CPU run):
@@ -185,6 +186,17 @@ def signal_costs(model_name: str, repeats: int) -> tuple[float, dict[str, float]
     return base, costs
 
 
+def signals_section(repeats: int) -> None:
+    """Section 3: each signal's cost a round, and its ratio to the training step."""
+    print(f"\n3. learner signals, ms a round (× the training step of {SELECTED} clients)")
+    names = ("round signals", *SIGNALS)
+    print(f"{'model':<14}{'step ms':>9}" + "".join(f"{n:>22}" for n in names))
+    for name in MODELS:
+        base, costs = signal_costs(name, repeats)
+        cells = "".join(f"{f'{costs[n] * 1e3:.2f} ({costs[n] / base:.2f}×)':>22}" for n in names)
+        print(f"{name:<14}{base * 1e3:>9.2f}{cells}")
+
+
 def fl_rbcsf_process() -> tuple[float, float]:
     """(process seconds, driver seconds) of ``sweeps/fl_rbcsf.py`` on its defaults."""
     import json
@@ -222,7 +234,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--accelerator", action="store_true", help="only the larger grids (section 3)"
     )
+    parser.add_argument("--signals", action="store_true", help="only the signals' costs (3)")
     args = parser.parse_args(argv)
+    if args.signals:
+        print(f"machine: {machine()}")
+        signals_section(2 if args.quick else 5)
+        return 0
     if args.accelerator:
         print(f"machine: {machine()}")
         accelerator_section(args.quick)
@@ -253,14 +270,7 @@ def main(argv=None) -> int:
         fast, slow, compile_s = grid_times(name, args.configs, rounds, grid_repeats)
         ratio = slow / fast
         print(f"{name:<14}{rounds:>7}{fast:>11.2f}{slow:>14.2f}{ratio:>14.1f}{compile_s:>11.1f}")
-
-    print(f"\n3. learner signals, ms a round (× the training step of {SELECTED} clients)")
-    names = ("round signals", *SIGNALS)
-    print(f"{'model':<14}{'step ms':>9}" + "".join(f"{n:>22}" for n in names))
-    for name in MODELS:
-        base, costs = signal_costs(name, repeats)
-        cells = "".join(f"{f'{costs[n] * 1e3:.2f} ({costs[n] / base:.2f}×)':>22}" for n in names)
-        print(f"{name:<14}{base * 1e3:>9.2f}{cells}")
+    signals_section(repeats)
     return 0
 
 

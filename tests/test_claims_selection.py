@@ -20,8 +20,8 @@ contain it. The papers report, each against uniform sampling on its own task:
   (Jain's index 0.27, Random 0.88).
 
 With ``JFL_FASHION_MNIST`` naming a directory of Fashion-MNIST's files the same comparison runs
-on Fashion-MNIST (logistic regression, 8 seeds); the claims it checks are what such a run shows
-(docs/reproductions/federated-training.md).
+on Fashion-MNIST (logistic regression, 8 seeds, about 12 minutes on 2 cores); the claims it
+checks are what such a run shows (docs/reproductions/federated-training.md).
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ CLAIMS = {
             ("ocs", "proportional"),
             ("clustered_similarity", "proportional"),
         ],
+    },
+    # Logistic regression at lr 0.3 on Fashion-MNIST: final losses spread widely over seeds
+    # (Random's 95% interval [0.73, 1.94]), and with 8 seeds no difference resolves.
+    "fashion_mnist": {
+        "same": [(p, "random") for p in ("fedis", "delta", "ocs", "fedcor", "divfl")]
+        + [(p, "proportional") for p in ("fedis", "delta", "ocs", "clustered_similarity")],
     },
 }
 SEEDS = {"digits": 16, "fashion_mnist": 8}
