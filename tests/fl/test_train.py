@@ -843,15 +843,21 @@ def test_selection_weights_move_the_model_by_the_weighted_updates():
     action, delivered = select(0, 2, 4), select(0, 4)
     weight = rng.uniform(0.1, 0.5, N).astype(np.float32)
     hparams = {"learning_rate": np.float32(LR)}
-    move = jax.jit(_learner(**DEFAULTS).step)
-    state, metrics = move(KEY, as_state(PARAMS), action, delivered, 1, DATA, hparams, weight)
+    learner_step = _learner(**DEFAULTS).step
+
+    @jax.jit
+    def move(*args):  # the model and the count only: less to compile
+        state, metrics = learner_step(*args)
+        return state, metrics["num_delivered"]
+
+    state, count = move(KEY, as_state(PARAMS), action, delivered, 1, DATA, hparams, weight)
     models = {c: local(DEFAULTS, PARAMS, c) for c in (0, 4)}
     expected = jax.tree.map(
         lambda w, a, b: w.astype(np.float64) + weight[0] * (a - w) + weight[4] * (b - w),
         PARAMS, models[0], models[4],
     )  # fmt: skip
     assert_tree_close(edge(state), expected)
-    assert int(metrics["num_delivered"]) == 2
+    assert int(count) == 2
 
 
 def test_minibatch_loss_matches_numpy():
@@ -985,7 +991,8 @@ def test_runner_hands_current_local_accuracy_to_the_policy(digits, local_accurac
     assert np.all(out["num_failed"] == 0)
     k_model, k_train = jax.random.split(run_keys(key, learner=True)[3])
     state = learner.init(k_model, data, hparams)
-    signals, train = jax.jit(learner.signals, static_argnums=4), jax.jit(learner.step)
+    signals = jax.jit(learner.signals, static_argnums=4)
+    train = jax.jit(lambda *args: learner.step(*args)[0])  # the model only: less to compile
     seen = []
     for t, k_t in enumerate(jax.random.split(k_train, LA_ROUNDS)):
         probe = jax.random.key(0)  # local_accuracy draws nothing
@@ -995,7 +1002,7 @@ def test_runner_hands_current_local_accuracy_to_the_policy(digits, local_accurac
         selected = out["selected"][t]
         assert is_lowest(selected, accuracy, LA_CHANNELS), (t, accuracy[selected])
         seen.append(accuracy)
-        state, _ = train(k_t, state, selected, selected, np.int32(t + 1), data, hparams)
+        state = train(k_t, state, selected, selected, np.int32(t + 1), data, hparams)
     final = jax.jit(learner.evaluate)(state, data)
     np.testing.assert_array_equal(out["accuracy"][-1], np.asarray(final["accuracy"]))
     # The signals follow the model: some later selection is not a lowest set of round 1's.
@@ -1109,3 +1116,21 @@ def test_the_projection_is_drawn_once_per_run_from_the_init_key():
     again = learner.init(jax.random.key(0), DATA, {})
     assert np.array_equal(jax.random.key_data(a.sketch_key), jax.random.key_data(again.sketch_key))
     assert not np.array_equal(jax.random.key_data(a.sketch_key), jax.random.key_data(b.sketch_key))
+
+
+@pytest.mark.parametrize(
+    "name", ["fedis", "delta", "ocs", "fedcor", "divfl", "clustered_similarity"]
+)
+def test_the_update_and_gradient_aware_policies_run_on_the_learners_signals(name):
+    """A federated run of each policy that reads the sketches and norms traces with the real
+    learner (``eval_shape``: nothing compiles): the runner computes its signals before the
+    selection or after the training, in the shapes it keeps (sketches of ``sketch_dim``)."""
+
+    env = RbcsfEnv()
+    spec = get(name)
+    learner = _learner(**{**DEFAULTS, **STEPS})
+    spec.check_learner(learner)
+    run = make_run(env, make_params(N), spec.build(N, 2), 3, learner=learner, trajectories=True)
+    hparams = {**spec.defaults(), "learning_rate": LR, "partition": 0}
+    out = jax.eval_shape(run, jax.random.key(0), hparams, DATA)
+    assert out.arrays()["selected"].shape == (3, N)

@@ -146,40 +146,33 @@ def test_the_estimate_is_unbiased(rounds):
         assert abs(estimate.mean() - target) < error, (name, estimate.mean(), target, error)
 
 
-def test_a_trajectory_matches_numpy():
-    """Twenty rounds of DELTA with fresh signals each round, the distribution carried over."""
+def test_a_trajectory_matches_numpy(rounds):
+    """Twenty rounds of DELTA with fresh signals each round, the distribution carried over, on
+    the one-round program (every row of its batch the trajectory's instance)."""
     rng = np.random.default_rng(12)
-    policy, rounds_ = delta(N, M), 20
-    hparams = {"alpha1": 1.0, "alpha2": 0.5}
-    available = rng.uniform(size=(rounds_, N)) < 0.8
+    steps = 20
+    alpha = np.array([1.0, 0.5], np.float32)
+    available = rng.uniform(size=(steps, N)) < 0.8
     size = rng.integers(1, 50, N).astype(np.float32)
-    sketch = rng.normal(size=(rounds_, N, DIM)).astype(np.float32)
-    grad_var = rng.uniform(0, 1, size=(rounds_, N)).astype(np.float32)
-    keys = jax.random.split(jax.random.key(13), rounds_)
-
-    def run(state, xs):
-        key, avail, sk, gv = xs
-        obs = LearnerObservation(Observation(avail), {"data_size": size})
-        chosen = policy.select(key, state, obs, hparams)
-        seen = LearnerObservation(Observation(avail), {"data_size": size, "update_sketch": sk,
-                                                       "grad_var": gv})  # fmt: skip
-        new = policy.update(state, seen, chosen.clients, None, hparams)
-        return new, (chosen.clients, new.prob)
-
-    start = policy.init(jax.random.key(0), hparams)
-    _, (chosen, probs) = jax.jit(lambda s: jax.lax.scan(run, s, (keys, available, sketch,
-                                                                   grad_var)))(start)  # fmt: skip
-    prob = np.full(N, 1.0 / N)
-    for t in range(rounds_):
-        k_order, k_point = jax.random.split(keys[t])
-        order = np.asarray(jax.random.permutation(k_order, N))
-        point = float(jax.random.uniform(k_point, ()))
-        _, sel, _ = importance_select_numpy(prob, available[t], size, M, order, point)
-        np.testing.assert_array_equal(np.asarray(chosen[t]), sel, f"round {t}")
-        prob = importance_update_numpy(prob, sel, size, sketch[t], None, grad_var[t], 1.0, 0.5,
+    sketch = rng.normal(size=(steps, N, DIM)).astype(np.float32)
+    grad_var = rng.uniform(0, 1, size=(steps, N)).astype(np.float32)
+    keys = jax.random.split(jax.random.key(13), steps)
+    norm = np.zeros(N, np.float32)
+    prob = np.asarray(delta(N, M).init(jax.random.key(0), {}).prob)
+    want = prob.astype(np.float64)
+    for t in range(steps):
+        args = (available[t], size, prob, sketch[t], norm, grad_var[t], alpha)
+        out, (order, point, _) = rounds(
+            keys[np.full(INSTANCES, t)], *(np.stack([a] * INSTANCES) for a in args)
+        )
+        chosen, _, new = (v[0] for v in out["delta"])
+        _, sel, _ = importance_select_numpy(want, available[t], size, M, order[0], point[0])
+        np.testing.assert_array_equal(chosen, sel, f"round {t}")
+        want = importance_update_numpy(want, sel, size, sketch[t], None, grad_var[t], 1.0, 0.5,
                                        True)  # fmt: skip
-        np.testing.assert_allclose(np.asarray(probs[t]), prob, rtol=1e-4, err_msg=f"round {t}")
-    assert np.abs(prob - 1.0 / N).max() > 1e-3  # the distribution learnt something
+        np.testing.assert_allclose(new, want, rtol=1e-4, err_msg=f"round {t}")
+        prob = new
+    assert np.abs(want - 1.0 / N).max() > 1e-3  # the distribution learnt something
 
 
 @pytest.mark.parametrize("name", ["delta", "fedis", "ocs"])
@@ -207,3 +200,17 @@ def test_ocs_selects_nobody_unavailable_and_everyone_when_m_covers_them():
     chosen = jax.jit(policy.select)(jax.random.key(0), None, obs, {})
     np.testing.assert_array_equal(np.asarray(chosen.clients), available)
     np.testing.assert_allclose(np.asarray(chosen.weight)[available], [0.5, 0.5])
+
+
+def test_an_instances_round_does_not_depend_on_its_neighbours(rounds):
+    """In the one compiled program, an instance among others and in a batch of copies of itself
+    gives the same bits (selection, weights, new distribution) for every policy."""
+    args = instances(0)
+    keys = jax.random.split(jax.random.key(0), INSTANCES)
+    mixed, _ = rounds(keys, *args)
+    pick = np.full(INSTANCES, 45)  # a few capped clients
+    copies, _ = rounds(keys[pick], *(a[pick] for a in args))
+    for name, values in mixed.items():
+        for got, alone in zip(values, copies[name], strict=True):
+            np.testing.assert_array_equal(got[45], alone[0], name)
+            np.testing.assert_array_equal(alone[0], alone[-1], name)
