@@ -53,6 +53,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jfl import checks
 from jfl.kernels import draw_per_bucket
 from jfl.kernels.linkage import cut_by_weight, node_weights, pairwise_distances, ward_linkage
 from jfl.kernels.reduce import pairwise_sum
@@ -208,10 +209,8 @@ def clustered_similarity(
         ``sketch_dim``; its default is 128).
     """
     check_selection_size(num_clients, selection_size)
-    if ward_input not in WARD_INPUTS:
-        raise ValueError(f"ward_input must be one of {WARD_INPUTS}, got {ward_input!r}")
-    if not isinstance(sketch_dim, int) or sketch_dim < 1:
-        raise ValueError(f"sketch_dim must be an integer >= 1, got {sketch_dim!r}")
+    checks.choice("ward_input", ward_input, WARD_INPUTS)
+    sketch_dim = checks.integer("sketch_dim", sketch_dim)
     m = selection_size
 
     def init(key, hparams):

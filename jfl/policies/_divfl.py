@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jfl import checks
 from jfl.kernels import selection_count, topk_mask
 from jfl.kernels.linkage import pairwise_distances
 from jfl.kernels.order import materialise
@@ -154,10 +155,8 @@ def divfl(
         its default is 128).
     """
     check_selection_size(num_clients, selection_size)
-    if cover not in COVERS:
-        raise ValueError(f"cover must be one of {COVERS}, got {cover!r}")
-    if not isinstance(sketch_dim, int) or sketch_dim < 1:
-        raise ValueError(f"sketch_dim must be an integer >= 1, got {sketch_dim!r}")
+    checks.choice("cover", cover, COVERS)
+    sketch_dim = checks.integer("sketch_dim", sketch_dim)
     m = selection_size
 
     def init(key, hparams):

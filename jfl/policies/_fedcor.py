@@ -54,10 +54,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax import lax
 
+from jfl import checks
 from jfl.kernels import gumbel_top_k, selection_count
 from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
@@ -219,8 +219,7 @@ def fedcor(
     sizes = {"dimension": (dimension, 1), "window": (window, 1), "steps": (steps, 0),
              "first_steps": (first_steps, 0), "warm_steps": (warm_steps, 0)}  # fmt: skip
     for name, (value, least) in sizes.items():
-        if not isinstance(value, int | np.integer) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+        checks.integer(name, value, least)
     slots = window + 1  # ages 0..M (GPR.py:50-52)
 
     def init(key, hparams):
