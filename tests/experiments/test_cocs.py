@@ -1,9 +1,9 @@
 """The cocs_hfl experiment: flags, outputs, Oracle regret, traced scenarios and bool[N, M]
 actions.
 
-One tiny Oracle/COCS run over two budgets × two deadlines (a module fixture) serves every output
-check, and its golden run (``tests/golden.py``) adds the other policies on the same scenarios; bad
-flags stop before anything compiles, so they are covered broadly.
+One tiny run of every policy over two budgets × two deadlines (a module fixture) is the golden
+run (``tests/golden.py``) and serves every output check; bad flags stop before anything
+compiles, so they are covered broadly.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from jfl.policies import Policy
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
 from jfl.trackers import fairness_queue
-from tests.golden import check_golden
+from tests.golden import assert_golden_summary, golden_argv
 from tests.helpers import check_saved_figures, record_figures
 
 TINY = dict(clients=8, servers=2, seeds=3, rounds=30, quiet=True)
@@ -114,14 +114,17 @@ def test_preset_decides_the_utility_and_the_scenario():
 # --------------------------------------------------------------------------- end to end
 
 
+POLICIES = ["cocs", "oracle", "linucb", "cucb", "random_budget"]  # the golden run's
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """Oracle and COCS over budgets {0.5, 4} × deadlines {2, 4}: 8 configurations; the run and
-    the figures it saved."""
+    """The golden run (tests/golden.py): every policy over budgets {0.5, 4} × deadlines {2, 4},
+    20 configurations; the run and the figures it saved."""
     out = tmp_path_factory.mktemp("cocs") / "run"
-    config = CocsHfl(
-        policies=("cocs", "oracle"), budget=(0.5, 4.0), deadline=(2.0, 4.0), out=str(out), **TINY
-    )
+    config = cli.parse(CocsHfl, [*golden_argv("cocs_hfl"), "--quiet", "--out", str(out)])
+    assert (config.clients, config.servers, config.seeds, config.rounds) == (8, M, 3, 30)
+    assert list(config.policies) == POLICIES
     with record_figures() as figures:
         return driver.run(config), figures
 
@@ -142,8 +145,8 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     # 3.5 and 3 are not in the grid: its middle); the sweeps: every policy at every value.
     at = "budget = 0.5, deadline = 2 (the middle of the grid; the defaults are not in it)"
     at += "\n--plot-at budget=4 for another"
-    curves = {"xlabel": "round", "policies": ["cocs", "oracle"]}
-    sweep = {"ylabel": "cumulative utility", "policies": ["cocs", "cocs", "oracle", "oracle"]}
+    curves = {"xlabel": "round", "policies": POLICIES}
+    sweep = {"ylabel": "cumulative utility", "policies": [p for p in POLICIES for _ in range(2)]}
     check_saved_figures(
         out / "figures",
         figures,
@@ -167,7 +170,7 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
                 "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}",
                 "ylabel": "regret vs Oracle",
                 "xlabel": "round",
-                "policies": ["cocs"],
+                "policies": [p for p in POLICIES if p != "oracle"],
             },
             "utility_vs_budget": {
                 "title": "Cumulative utility vs budget (Qu Fig. 4d)",
@@ -183,8 +186,8 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     )
     ds = tiny_run.dataset
     first = (ds["budget"] == 0.5) & (ds["deadline"] == 2.0)
-    (cocs_line, oracle_line) = figures["cumulative_utility.png"].axes[0].get_lines()
-    for line, policy in ((cocs_line, "cocs"), (oracle_line, "oracle")):  # means over seeds
+    lines = figures["cumulative_utility.png"].axes[0].get_lines()
+    for line, policy in zip(lines, POLICIES, strict=True):  # means over seeds
         config = int(ds["config"][first & (ds["policy"] == policy)][0])
         want = ds["utility"].sel(config=config).cumsum("round").mean("seed")
         np.testing.assert_allclose(line.get_ydata(), want, rtol=1e-5)
@@ -199,9 +202,9 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     ):
         required += [metric, f"{metric}_lo", f"{metric}_hi"]
     assert set(required) <= set(summary.columns)
-    assert list(summary["policy"]) == ["cocs"] * 4 + ["oracle"] * 4
-    assert list(summary["budget"]) == [0.5, 0.5, 4.0, 4.0] * 2
-    assert list(summary["deadline"]) == [2.0, 4.0] * 4
+    assert list(summary["policy"]) == [p for p in POLICIES for _ in range(4)]
+    assert list(summary["budget"]) == [0.5, 0.5, 4.0, 4.0] * 5
+    assert list(summary["deadline"]) == [2.0, 4.0] * 10
     assert (summary["n_seeds"] == 3).all()
     assert summary.loc[summary.policy != "cocs", ["h_T", "z"]].isna().all(axis=None)
     assert (summary.loc[summary.policy == "cocs", ["h_T", "z"]] == [5.0, 0.4]).all(axis=None)
@@ -210,16 +213,16 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
         assert (oracle[column] == 0.0).all()
 
     with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
-        assert dict(ds.sizes) == {"config": 8, "seed": 3, "round": 30, "client": 8}
+        assert dict(ds.sizes) == {"config": 20, "seed": 3, "round": 30, "client": 8}
         assert {"utility", "num_success", "num_selected", "oracle_utility"} <= set(ds.data_vars)
         assert "queue_rate" not in ds.coords
         assert json.loads(ds.attrs["metadata"])["utility"] == "eq. 8 (linear)"
 
 
-def test_reproduces_its_golden_run(tmp_path, tiny_run):
-    """Every policy on the tiny run's scenarios reproduces the summary stored before the refactor
-    (tests/golden.py); COCS and the Oracle reuse the programs compiled for ``tiny_run``."""
-    check_golden("cocs_hfl", tmp_path / "golden")
+def test_reproduces_its_golden_run(tiny_run):
+    """The tiny run is the golden run: its summary is the one stored before the refactor
+    (tests/golden.py), bit for bit."""
+    assert_golden_summary("cocs_hfl", pd.read_csv(tiny_run.out / "summary.csv"))
 
 
 def test_oracle_utility_and_utility_metrics_recomputed_from_results(tiny_run):
@@ -306,6 +309,7 @@ def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
     # Another grid of the same size (so the same compiled program) puts (4, 4) first, among
     # other neighbours; the runner's own tests cover a configuration alone.
     other_grid = dict(budget=(4.0, 9.0), deadline=(4.0, 1.0), plots=False, out=str(tmp_path / "o"))
+    other_grid["policies"] = ("cocs", "oracle")
     other = driver.run(dataclasses.replace(tiny_run.config, **other_grid)).dataset
     assert set(other.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
     for policy in ("cocs", "oracle"):
