@@ -30,8 +30,8 @@ modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the
-federated runs *are* the golden runs, and a selection experiment's golden run adds only the
-policies its end-to-end run leaves out. ``{mnist_dir}`` stands for the fake MNIST that
+federated runs and ``cocs_hfl``'s *are* the golden runs, and the other selection experiments'
+golden runs add only the policies their end-to-end runs leave out. ``{mnist_dir}`` stands for the fake MNIST that
 ``tests/experiments/test_fl.py`` writes in the real IDX format.
 """
 
