@@ -31,8 +31,8 @@ modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the
 federated runs and ``cocs_hfl``'s *are* the golden runs, and the other selection experiments'
-golden runs add only the policies their end-to-end runs leave out. ``{mnist_dir}`` stands for the fake MNIST that
-``tests/experiments/test_fl.py`` writes in the real IDX format.
+golden runs add only the policies their end-to-end runs leave out. ``{mnist_dir}`` stands for
+the fake MNIST that ``tests/experiments/test_fl.py`` writes in the real IDX format.
 """
 
 from __future__ import annotations
