@@ -37,7 +37,7 @@ import numpy as np
 import optax
 
 from jfl.fl.sketch import flat_rows, sketch
-from jfl.kernels.reduce import pairwise_sum
+from jfl.kernels.reduce import pairwise_norm, pairwise_sum
 from jfl.policies.base import LEARNER_SIGNALS, SKETCH_DIM
 
 AGGREGATIONS = ("data_size", "uniform")
@@ -270,11 +270,6 @@ def gradient_sketches(apply_fn, params, data: FederatedData, key, dim: int, part
 
     rows = jax.lax.map(one_batch, clients.reshape(num_batches, size))
     return sketch(key, rows.reshape(num_batches * size, -1)[:num_clients], dim)
-
-
-def row_norms(rows) -> jax.Array:
-    """f[B]: the Euclidean norm of each row of f[B, D] (elementwise halvings)."""
-    return jnp.sqrt(pairwise_sum(rows * rows, axis=1))
 
 
 def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
@@ -510,7 +505,7 @@ def make_learner(
             "untrained": jnp.maximum(num_selected - slots, 0),
             "train_loss": per_client(local.train_loss),
             "grad_var": per_client(local.grad_var),
-            "update_norm": per_client(row_norms(updates)),
+            "update_norm": per_client(pairwise_norm(updates)),
         }
         if state.sketch_key is not None:  # a state built by hand may have no projection
             metrics["update_sketch"] = per_client(sketch(state.sketch_key, updates, sketch_dim))
@@ -550,7 +545,7 @@ def make_learner(
         keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
         start = jax.tree.map(lambda p: jnp.broadcast_to(p, (num_clients, *p.shape)), params)
         local = train(start, clients, keys, hparams["learning_rate"], partition, data)
-        return row_norms(flat_rows(local.params) - flat_rows(start))
+        return pairwise_norm(flat_rows(local.params) - flat_rows(start))
 
     return Learner(
         init=init,

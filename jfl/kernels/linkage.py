@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jfl.kernels.reduce import pairwise_sum
+from jfl.kernels.reduce import pairwise_norm
 
 # Rows of ``pairwise_distances`` computed at a time: bounds the memory to ROW_BLOCK·N·K floats
 # per instance (the whole N·N·K difference array would be materialised by the summation).
@@ -44,14 +44,14 @@ ROW_BLOCK = 16
 def pairwise_distances(x: jax.Array, y: jax.Array | None = None) -> jax.Array:
     """f[N, M]: the Euclidean distances ‖x_i − y_j‖ between the rows of ``x`` (f[N, K]) and of
     ``y`` (f[M, K], default ``x``), from the differences (exactly 0 for equal rows, where the
-    Gram form ‖x‖² + ‖y‖² − 2⟨x, y⟩ leaves rounding noise) summed by ``pairwise_sum`` (the same
+    Gram form ‖x‖² + ‖y‖² − 2⟨x, y⟩ leaves rounding noise) by ``pairwise_norm`` (the same
     bits whatever the batch), ``ROW_BLOCK`` rows at a time."""
     chex.assert_rank(x, 2)
     y = x if y is None else y
     chex.assert_rank(y, 2)
 
     def row(xi):
-        return jnp.sqrt(pairwise_sum(jnp.square(xi[None, :] - y), axis=-1))
+        return pairwise_norm(xi[None, :] - y)
 
     return lax.map(row, x, batch_size=min(ROW_BLOCK, x.shape[0]))
 

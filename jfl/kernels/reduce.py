@@ -34,6 +34,12 @@ def pairwise_mean(x: jax.Array, axis: int = -1) -> jax.Array:
     return pairwise_sum(x, axis) / x.shape[axis]
 
 
+def pairwise_norm(x: jax.Array, axis: int = -1) -> jax.Array:
+    """The Euclidean norm along ``axis``, its squares summed by ``pairwise_sum``: the same bits
+    for any batch shape."""
+    return jnp.sqrt(pairwise_sum(jnp.square(x), axis))
+
+
 def doubling_cumsum(x: jax.Array) -> jax.Array:
     """Inclusive prefix sums along axis 0 by recursive doubling (Hillis-Steele).
 

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from jfl import checks
 from jfl.kernels import draw_per_bucket
 from jfl.kernels.linkage import cut_by_weight, node_weights, pairwise_distances, ward_linkage
-from jfl.kernels.reduce import pairwise_sum
+from jfl.kernels.reduce import pairwise_norm
 from jfl.policies.base import (
     SKETCH_DIM,
     Policy,
@@ -108,7 +108,7 @@ def angles(updates: jax.Array) -> jax.Array:
     rows û, which is exact for equal rows and stable for nearly parallel ones (arccos of a
     rounded cosine is not: arccos(1 − 6e-8) ≈ 3e-4 in float32); angles up to ``ANGLE_ATOL``
     are 0."""
-    norm = jnp.sqrt(pairwise_sum(jnp.square(updates), axis=1))
+    norm = pairwise_norm(updates, axis=1)
     zero = norm == 0
     unit = updates / jnp.where(zero, 1.0, norm)[:, None]
     theta = 2.0 * jnp.arctan2(pairwise_distances(unit), pairwise_distances(unit, -unit))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from absl.testing import parameterized
 
-from jfl.kernels.reduce import pairwise_mean, pairwise_sum
+from jfl.kernels.reduce import pairwise_mean, pairwise_norm, pairwise_sum
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -53,6 +53,11 @@ class ReduceTest(chex.TestCase):
         mean = np.asarray(self.variant(pairwise_mean, static_argnums=1)(x, axis))
         # sum / n, within an ulp: XLA may divide by the constant n as a product with 1/n
         np.testing.assert_allclose(mean, want / np.float32(x.shape[axis]), rtol=EPS32, atol=0)
+        # the norm: sqrt of the same halving of the squares (XLA may fuse a square into the sum)
+        norm = np.asarray(self.variant(pairwise_norm, static_argnums=1)(x, axis))
+        squares = numpy_pairwise(np.moveaxis(np.square(x), axis, -1))
+        np.testing.assert_allclose(norm, np.sqrt(squares), rtol=2 * EPS32, atol=0)
+        np.testing.assert_allclose(norm, np.linalg.norm(x.astype(np.float64), axis=axis), rtol=1e-5)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_edge_cases(self):
