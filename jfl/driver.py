@@ -70,7 +70,9 @@ class Experiment:
     out: str = "runs/sweep"
     """output directory; re-running the same command there reuses or completes it"""
     chunk_size: str = "auto"
-    """configurations per chunk, or 'auto' (fit --memory-budget, near the fastest batch)"""
+    """configurations per chunk, or 'auto' (fit --memory-budget, near the fastest batch; a
+    federated sweep: one per device). A federated sweep computes every chunk at exactly this
+    size, so its numbers depend on it, never on the other configurations of the sweep"""
     memory_budget: float | None = None
     """MiB for the chunks in flight (with --chunk-size auto); default: 1024 on CPU, half the
     free memory of an accelerator"""
@@ -277,7 +279,13 @@ def memory_budget_bytes(config: Experiment) -> int:
 
 def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int:
     """``--chunk-size`` as an int: given, the size of the sweep being resumed (``stored``, so
-    that its chunks are the same), or the most configurations fitting the budget."""
+    that its chunks are the same), or the most configurations fitting the budget.
+
+    A federated sweep's chunk is one configuration per device (``exact_chunks``): XLA rounds a
+    model's matrix products and reductions differently in batches of different shapes (a
+    vmapped softmax cross-entropy changes in the last bit between 3 and 4 configurations on the
+    CPU), so a chunk sized from the sweep would make a configuration's numbers depend on the
+    other configurations of its sweep (docs/decisions.md#federated-chunks)."""
     import jax
 
     from jfl import sweep
@@ -287,6 +295,8 @@ def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int
         return sweep.round_up(int(config.chunk_size), devices)
     if stored is not None:
         return stored
+    if plan.learner is not None:
+        return devices
     configs = plan.configs
     groups = ["policy"]
     if isinstance(plan.selection_size, str):
@@ -298,6 +308,12 @@ def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int
     if jax.default_backend() == "cpu":
         size = min(size, sweep.round_up(max(1, CPU_BATCH // config.seeds), devices))
     return size
+
+
+def exact_chunks(plan: Plan) -> bool:
+    """Whether every chunk is computed at exactly the chunk size (federated sweeps: see
+    ``chunk_size``), not shrunk to a policy's number of configurations."""
+    return plan.learner is not None
 
 
 def per_run_outputs(
@@ -341,6 +357,7 @@ def run(config: Experiment) -> Result:
     code = provenance.code_fingerprint(_code_objects(config, plan))
     stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
     size = chunk_size(config, plan, stored)
+    exact = exact_chunks(plan)
     auto = config.chunk_size == "auto"
     sweep.check_chunk_fits(min(size, len(plan.configs)), config.seeds, plan.per_run_bytes, auto)
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
@@ -385,7 +402,7 @@ def run(config: Experiment) -> Result:
     start = time.perf_counter()
     stored = _stored_results(config, dims, keep)
     if stored is not None:  # a finished sweep: its summary and figures again, nothing computed
-        chunks = len(list(sweep.per_run_chunks(plan.configs, plan.selection_size, size)))
+        chunks = len(list(sweep.per_run_chunks(plan.configs, plan.selection_size, size, exact)))
         return _rewritten(config, stored, dims, chunks, stale, layout, start)
     outputs = sweep.run_policy_grid(
         plan.env,
@@ -411,6 +428,7 @@ def run(config: Experiment) -> Result:
         reduce=reduced,
         keep=keep,
         trackers=plan.trackers,
+        exact_chunks=exact,
     )
     wall = time.perf_counter() - start
     # Every process has read the chunks it needs before process 0 may delete them.
@@ -544,7 +562,9 @@ def _write_outputs(config, plan, ds, summary, metadata, store, size, kept) -> No
     out = Path(config.out)
     per_run = None
     if kept:
-        chunks = list(sweep.per_run_chunks(plan.configs, plan.selection_size, size))
+        chunks = list(
+            sweep.per_run_chunks(plan.configs, plan.selection_size, size, exact_chunks(plan))
+        )
         per_run = results.PerRun(kept, chunks, store.load_per_run)
     results.write_dataset(ds, out / "results.nc", metadata, per_run=per_run)
     results.verify_dataset(ds, out / "results.nc", per_run=per_run)

@@ -230,21 +230,30 @@ def disk_usage(folder: Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
-def chunk_bounds(num_configs: int, max_size: int, devices: int = 1) -> list[tuple[int, int]]:
+def chunk_bounds(
+    num_configs: int, max_size: int, devices: int = 1, exact: bool = False
+) -> list[tuple[int, int]]:
     """``(start, stop)`` of each chunk: as few chunks as ``max_size`` allows, of equal size
     (``ceil(C / ceil(C / max))`` configurations, a multiple of ``devices``), the last one shorter.
+    ``exact``: every chunk ``max_size`` configurations (rounded up to ``devices``), whatever C.
 
     Every chunk is computed at the same, first chunk's, size (the last padded), so one compiled
     program serves them all; balancing keeps that padding below one row per chunk and device.
     """
     if num_configs < 1:
         return []
-    size = balanced_chunk_size(num_configs, max_size, devices)
+    size = balanced_chunk_size(num_configs, max_size, devices, exact)
     return [(start, min(start + size, num_configs)) for start in range(0, num_configs, size)]
 
 
-def balanced_chunk_size(num_configs: int, max_size: int, devices: int = 1) -> int:
-    """The size every chunk of ``chunk_bounds`` is computed at (the last one padded to it)."""
+def balanced_chunk_size(
+    num_configs: int, max_size: int, devices: int = 1, exact: bool = False
+) -> int:
+    """The size every chunk of ``chunk_bounds`` is computed at (the last one padded to it);
+    ``exact``: ``max_size`` itself (rounded up to ``devices``), so that the batch's shape does
+    not depend on how many configurations there are."""
+    if exact:
+        return round_up(max_size, devices)
     count = math.ceil(num_configs / max_size)
     return round_up(math.ceil(num_configs / count), devices)
 
@@ -506,9 +515,11 @@ def run_chunked(
     layout: Layout = SINGLE,
     stream: tuple[str, ...] = (),
     num_configs: int | None = None,
+    exact: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run ``batched(keys, hparams)`` over configurations in chunks (``hparams``: [C, ...];
-    ``num_configs`` is C, needed only when ``hparams`` is empty).
+    ``num_configs`` is C, needed only when ``hparams`` is empty; ``exact``: every chunk is
+    computed at ``chunk_size`` configurations, see ``chunk_bounds``).
 
     The chunks are balanced (``chunk_bounds``: at most ``chunk_size`` configurations each) and
     all computed at the first one's size (the last padded by repeating its final row, the padding
@@ -538,8 +549,8 @@ def run_chunked(
         batched=batched,
         keys=keys,
         hparams=hparams,
-        bounds=chunk_bounds(num_configs, chunk_size, num_devices),
-        size=balanced_chunk_size(num_configs, chunk_size, num_devices),
+        bounds=chunk_bounds(num_configs, chunk_size, num_devices, exact),
+        size=balanced_chunk_size(num_configs, chunk_size, num_devices, exact),
         store=store,
         label=label,
         stream=tuple(stream) if store is not None else (),
@@ -732,6 +743,7 @@ def run_policy_grid(
     reduce: bool = False,
     keep: tuple[str, ...] = (),
     trackers: tuple = (),
+    exact_chunks: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run every configuration of ``configs`` over ``seeds``; outputs have axes [config, seed].
 
@@ -755,6 +767,8 @@ def run_policy_grid(
     training slots can depend on the policy), ``data`` is the ``jfl.fl.FederatedData`` every run
     reads, and ``eval_every`` the evaluation period in rounds. ``layout`` shares the chunks among
     the processes of a distributed sweep (``jfl.distributed``); every process returns all outputs.
+    ``exact_chunks``: every chunk holds exactly ``chunk_size`` configurations (the last padded),
+    so a configuration's batch has the same shape in any sweep (``group_chunk_size``).
     """
     from jfl.reduction import make_reducer
     from jfl.runner import learner_outputs, make_batched_run, make_run, output_dims, seed_keys
@@ -814,8 +828,9 @@ def run_policy_grid(
                     batched_run(name, size, group_learner),
                     keys,
                     hparams,
-                    group_chunk_size(chunk_size, stop - start),
+                    group_chunk_size(chunk_size, stop - start, exact_chunks),
                     num_configs=stop - start,
+                    exact=exact_chunks,
                     store=store,
                     label=group.label,
                     progress=bar,
@@ -885,16 +900,21 @@ def policy_groups(configs: pd.DataFrame, selection_size: int | str) -> list[Grou
     return groups
 
 
-def group_chunk_size(chunk_size: int, num_configs: int) -> int:
-    """A group's largest chunk: a policy with few configurations is not padded to a large one."""
+def group_chunk_size(chunk_size: int, num_configs: int, exact: bool = False) -> int:
+    """A group's largest chunk: a policy with few configurations is not padded to a large one,
+    unless ``exact`` (the chunk's shape must not depend on the group's size)."""
+    if exact:
+        return chunk_size
     return min(chunk_size, round_up(num_configs, jax.local_device_count()))
 
 
-def per_run_chunks(configs: pd.DataFrame, selection_size: int | str, chunk_size: int):
+def per_run_chunks(
+    configs: pd.DataFrame, selection_size: int | str, chunk_size: int, exact: bool = False
+):
     """``(label, chunk index, first row, stop row)`` of every chunk ``run_policy_grid`` stores,
     rows counted over the whole ``configs`` table (to read the per-run values back in order)."""
     for group in policy_groups(configs, selection_size):
-        size = group_chunk_size(chunk_size, group.stop - group.start)
-        bounds = chunk_bounds(group.stop - group.start, size, jax.local_device_count())
+        size = group_chunk_size(chunk_size, group.stop - group.start, exact)
+        bounds = chunk_bounds(group.stop - group.start, size, jax.local_device_count(), exact)
         for index, (start, stop) in enumerate(bounds):
             yield group.label, index, group.start + start, group.start + stop

@@ -11,9 +11,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
@@ -347,3 +348,27 @@ def run_notebook_and_check(path: Path, workdir: Path) -> None:
     shows (``check_notebook_results``)."""
     notebook = execute_notebook(path, workdir, NOTEBOOK_SIZES[path.stem], results_cell(path.stem))
     check_notebook_results(path.stem, notebook, workdir)
+
+
+def assert_same_configurations(small, large, keys: Sequence[str]) -> None:
+    """Every configuration of the results ``small`` has, bit for bit, the same per-run values in
+    ``large`` (a sweep composed differently), rows matched by the label columns ``keys``."""
+
+    def label(value):
+        return "nan" if isinstance(value, float) and value != value else value
+
+    def labels(ds):
+        columns = [ds[k].to_numpy().tolist() for k in keys]
+        return [tuple(label(c[i]) for c in columns) for i in range(ds.sizes["config"])]
+
+    where = {label: i for i, label in enumerate(labels(large))}
+    rows = [where[label] for label in labels(small)]
+    assert len(set(rows)) == len(rows) < large.sizes["config"]
+    compared = 0
+    for name, variable in small.data_vars.items():
+        if "config" not in variable.dims:
+            continue
+        other = large[name].isel(config=rows).transpose(*variable.dims)
+        np.testing.assert_array_equal(variable.to_numpy(), other.to_numpy(), err_msg=name)
+        compared += 1
+    assert compared >= 5, compared

@@ -286,7 +286,7 @@ def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
 
     The samples of all clients go through the model in batches of at most ``EVAL_BATCH``;
     padding is excluded, and the per-client sums are elementwise halvings, so the values do not
-    depend on the batch of runs (the loss depends on the padding width by float rounding only).
+    depend on the batch of runs or on the padding width (zeros appended to a halving add 0).
     ``partition`` may be traced.
     """
     _, num_clients, num_positions = data.mask.shape
@@ -304,11 +304,15 @@ def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
         logits = apply_fn(params, data.x[partition, client, position])
         losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         correct = (jnp.argmax(logits, -1) == y) & valid
-        return correct.astype(jnp.float32), jnp.where(valid, losses, 0.0)
+        losses = jnp.where(valid, losses, 0.0)
+        # Squared here, apart from the sums: fused into them, the products would be contracted
+        # into multiply-adds whose pairing depends on the padding width.
+        return correct.astype(jnp.float32), losses, losses**2
 
-    correct, losses = jax.lax.map(one_batch, flat)
-    correct, losses = (
-        v.reshape(-1)[:total].reshape(num_clients, num_positions) for v in (correct, losses)
+    correct, losses, squares = jax.lax.map(one_batch, flat)
+    correct, losses, squares = (
+        v.reshape(-1)[:total].reshape(num_clients, num_positions)
+        for v in (correct, losses, squares)
     )
     count = data.count[partition]
     has_data = count > 0
@@ -316,7 +320,7 @@ def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
     return {
         "local_accuracy": jnp.where(has_data, pairwise_sum(correct) / denominator, 1.0),
         "local_loss": jnp.where(has_data, pairwise_sum(losses) / denominator, 0.0),
-        "local_loss_sq": jnp.where(has_data, pairwise_sum(losses**2) / denominator, 0.0),
+        "local_loss_sq": jnp.where(has_data, pairwise_sum(squares) / denominator, 0.0),
         "data_size": count.astype(jnp.float32),
     }
 

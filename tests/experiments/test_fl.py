@@ -32,7 +32,12 @@ from jfl.experiments.fl import (
 from jfl.fl.data import MNIST_FILES
 from jfl.results import load_dataset, run_metrics
 from tests.golden import assert_golden_summary, golden_argv
-from tests.helpers import axes_summary, read_back_png, record_figures
+from tests.helpers import (
+    assert_same_configurations,
+    axes_summary,
+    read_back_png,
+    record_figures,
+)
 
 FAST = ["--seeds", "2", "--rounds", "4", "--eval-every", "2", "--quiet"]
 ROUNDS = 4
@@ -447,6 +452,33 @@ def test_outputs_summary_results_metadata_and_figures(run):
             assert any(policy[c] == text.split()[0] for c in same), (name, text, same)
             shown.update(c for c in same if policy[c] == text.split()[0])
     assert shown == set(range(rows))
+
+
+# Each golden run again with a second learning rate listed before its own: twice the
+# configurations, in other positions of the sweep. Every chunk holds one configuration, so the
+# programs are the golden run's, loaded from the compilation cache.
+RECOMPOSED = {
+    "rbcsf_run": ["--lr", "0.1,0.3"],
+    "cs_ucb_q_run": ["--lr", "0.05,0.1"],
+    "cocs_run": ["--lr", "0.05,0.1"],
+}
+LABELS = ("policy", "learning_rate", "partition", "gamma1", "V", "beta", "budget", "deadline")
+
+
+def test_configuration_results_do_not_depend_on_the_rest_of_the_sweep(run, tmp_path, mnist_dir):
+    """A configuration's per-run values are bit-identical in a sweep of twice the
+    configurations (docs/decisions.md#federated-chunks)."""
+    fixture, run = run
+    name = RUNS[fixture][0]
+    argv = [*golden_argv(name, mnist_dir=str(mnist_dir)), *RECOMPOSED[fixture]]
+    out = tmp_path / "recomposed"
+    assert (
+        cli.main(EXPERIMENTS_BY_NAME[name], [*argv, "--quiet", "--no-plots", "--out", str(out)])
+        == 0
+    )
+    large = load_dataset(out / "results.nc")
+    keys = [k for k in LABELS if k in run["ds"].coords and k != "partition"]
+    assert_same_configurations(run["ds"], large, keys)
 
 
 def test_rbcsf_gamma1_scenarios_and_fedcs_rows(rbcsf_run):

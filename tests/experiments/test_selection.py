@@ -15,7 +15,7 @@ from jfl.experiments import FlSelection
 from jfl.experiments.selection import SELECTION_METHODS
 from jfl.policies import REGISTRY
 from jfl.results import load_dataset
-from tests.helpers import cli_fails
+from tests.helpers import assert_same_configurations, cli_fails
 
 POLICIES = "rpow_d"
 TINY = [
@@ -43,6 +43,17 @@ def test_tiny_run_writes_its_summary_and_figures(tiny):
     for variable in ("accuracy", "test_loss"):
         for against in ("round", "time"):
             assert any(f.startswith(f"{variable}_vs_{against}") for f in figures), figures
+
+
+def test_configuration_results_do_not_depend_on_the_other_partitions(tiny, tmp_path):
+    """α = 0.3's runs are bit-identical in a sweep that also holds α = 1, listed first: its data
+    stacked second and padded to another width (docs/decisions.md#federated-chunks)."""
+    out = tmp_path / "recomposed"
+    argv = [*TINY, "--dirichlet", "1,0.3", "--no-plots", "--out", str(out)]
+    assert cli.main(FlSelection, argv, prog="fl_selection") == 0
+    small, large = load_dataset(tiny / "results.nc"), load_dataset(out / "results.nc")
+    assert large.sizes["config"] == 2
+    assert_same_configurations(small, large, ("policy", "dirichlet", "learning_rate"))
 
 
 def test_default_methods_are_registered_and_run_on_rbcsf():
