@@ -12,6 +12,18 @@ reduced on the device holds only the mean and variance over seeds, from which on
 Student-t interval follows: asked for a bootstrap band, such a figure draws the Student-t one
 and says so in its legend's title. Every banded figure's legend title names its interval and
 seed count.
+
+Lines: every configuration asked for is drawn, none left out. A figure of more than
+``max_lines`` lines (:data:`MAX_LINES`, 12, by default) is split into panels stacked in one
+figure, sharing their axes, each of at most ``max_lines`` lines and a legend of its own: the lines
+grouped by policy (policies in the order they first come), a policy's lines kept in one panel
+when they fit (:func:`panel_groups`). A policy (method) has one colour in every figure of an
+experiment: :func:`policy_colors` gives them in the sorted order of the policy names of the whole
+dataset (``ds["policy"]``; a summary's ``policy`` column), whatever subset a figure draws, from
+:data:`PALETTE`'s 24 colours. The lines of one policy with different hyperparameters (``V = 1,
+10``) share its hue, from dark to light in the order drawn, and differ in line style too
+(:func:`line_styles`). Legends stand to the right of their axes, outside the data, in a figure
+widened for them and laid out by matplotlib's constrained layout, so nothing is clipped.
 """
 
 from __future__ import annotations
@@ -29,8 +41,26 @@ from jfl.stats import INTERVALS, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, sta
 
 # Interval methods by name, as legends say them.
 INTERVAL_NAMES = {"t": "Student-t", "bootstrap": "bootstrap"}
-# Most lines a figure draws; beyond, an evenly spaced selection that its title announces.
-MAX_LINES = 16
+# Most lines one panel of a figure draws; a figure of more lines is split into panels sharing
+# their axes (:func:`panel_groups`), none left out. Beyond a dozen, lines and legend entries are
+# hard to tell apart, in colour as in the legend.
+MAX_LINES = 12
+# One colour per policy (:func:`policy_colors`): matplotlib's tab10, then 14 colours picked
+# greedily (glasbey-style) from an 18³ sRGB grid, each the farthest (CIEDE2000) from those before
+# it among those at least 0.2 from each in RGB, within CIELAB lightness 25–68 and chroma ≥ 35
+# (lines readable on white, no greys beside tab10's). No two closer than ΔE₀₀ ≈ 16 (tab10's red
+# and brown), nor than 0.2 in RGB; no light/dark pairs of one hue.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#3c4b00", "#0000d2", "#87005a", "#966900", "#00785a",
+    "#f08787", "#8796ff", "#e10078", "#4b4b87", "#4bb496",
+    "#870000", "#d29600", "#87873c", "#0fa5ff",
+)  # fmt: skip
+# The line styles of one policy's lines (different hyperparameters), in turn.
+VARIANT_STYLES = ("-", "--", "-.", ":")
+# How far one policy's lines go from its colour: the first towards black, the last towards white.
+VARIANT_SHADES = (-0.25, 0.35)
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
@@ -58,8 +88,9 @@ def format_values(values, most: int = 6) -> str:
 
 
 def _subplots(*args, **kwargs):
-    """A figure outside pyplot (no backend, no global state) and its axes."""
-    fig = Figure(figsize=kwargs.pop("figsize", None))
+    """A figure outside pyplot (no backend, no global state) and its axes; ``layout``: its
+    layout engine (``"constrained"``: room made for legends outside the axes), none by default."""
+    fig = Figure(figsize=kwargs.pop("figsize", None), layout=kwargs.pop("layout", None))
     return fig, fig.subplots(*args, **kwargs)
 
 
@@ -133,26 +164,87 @@ def band_title(ds: xr.Dataset, variable: str, method: str = "t", level: float = 
     return shown.format(INTERVAL_NAMES[method])
 
 
-def line_colors(count: int) -> list:
-    """``count`` colours told apart: tab10's, tab20's beyond 10 lines, viridis beyond 20."""
-    from matplotlib import colormaps
+def palette_color(index: int) -> tuple[float, float, float, float]:
+    """The ``index``-th colour of :data:`PALETTE` (RGBA); past its 24 colours, the palette again,
+    darker at each round (40 % of the way to black, then 64 %, …), so no two indices share one."""
+    from matplotlib.colors import to_rgba
 
-    if count <= 10:
-        return [colormaps["tab10"](i) for i in range(count)]
-    if count <= 20:
-        return [colormaps["tab20"](i) for i in range(count)]
-    return [colormaps["viridis"](v) for v in np.linspace(0, 1, count)]
+    rounds, position = divmod(index, len(PALETTE))
+    rgb = np.array(to_rgba(PALETTE[position])[:3]) * 0.6**rounds
+    return (*(float(v) for v in rgb), 1.0)
 
 
-def shown_configs(ds: xr.Dataset, configs=None, max_lines: int = MAX_LINES):
-    """``(configs, note)``: the configurations to draw (every one of ``ds`` by default) and,
-    when there are more than ``max_lines``, an evenly spaced selection of them and a note
-    saying so for the title (``""`` otherwise)."""
-    configs = list(ds["config"].to_numpy() if configs is None else configs)
-    if len(configs) <= max_lines:
-        return configs, ""
-    keep = np.unique(np.linspace(0, len(configs) - 1, max_lines).round().astype(int))
-    return [configs[i] for i in keep], f"{len(keep)} of {len(configs)} configurations"
+def policy_colors(policies) -> dict[str, tuple]:
+    """``{policy: colour}`` for the policy names ``policies`` (repeats allowed: a dataset's
+    ``ds["policy"]``), in their sorted order through :func:`palette_color`. Given the names of
+    the whole sweep, every figure drawn from it gives a policy the same colour, whichever subset
+    of the policies it draws."""
+    names = sorted({str(p) for p in np.asarray(policies).ravel()})
+    return {name: palette_color(i) for i, name in enumerate(names)}
+
+
+def _shade(color, amount: float) -> tuple:
+    """``color`` moved ``amount`` of the way towards white (``amount > 0``) or black (< 0)."""
+    from matplotlib.colors import to_rgba
+
+    *rgb, alpha = to_rgba(color)
+    rgb = np.array(rgb)
+    rgb = rgb + (1.0 - rgb) * amount if amount > 0 else rgb * (1.0 + amount)
+    return (*(float(v) for v in rgb), alpha)
+
+
+def line_styles(policies: Sequence[str], colors: dict | None = None) -> list[dict]:
+    """``{"color", "linestyle"}`` of each line, of the policy ``policies[i]``: the policy's
+    colour (``colors``, default :func:`policy_colors` of ``policies``); a policy with several
+    lines (other hyperparameters) shades its colour from dark to light in their order
+    (:data:`VARIANT_SHADES`) and turns through :data:`VARIANT_STYLES`, so every line differs."""
+    policies = [str(p) for p in policies]
+    colors = policy_colors(policies) if colors is None else colors
+    missing = sorted(set(policies) - set(colors))
+    if missing:
+        raise ValueError(f"no colour for the policies {missing}")
+    counts = {p: policies.count(p) for p in policies}
+    seen = dict.fromkeys(counts, 0)
+    styles = []
+    for policy in policies:
+        j, n = seen[policy], counts[policy]
+        seen[policy] += 1
+        amount = 0.0 if n == 1 else float(np.linspace(*VARIANT_SHADES, n)[j])
+        styles.append(
+            {
+                "color": _shade(colors[policy], amount),
+                "linestyle": VARIANT_STYLES[j % len(VARIANT_STYLES)],
+            }
+        )
+    return styles
+
+
+def panel_groups(policies: Sequence[str], max_lines: int = MAX_LINES) -> list[list[int]]:
+    """The lines (positions in ``policies``, each line's policy) of each panel of a figure: all
+    in one panel, in their order, when they are at most ``max_lines``; else grouped by policy
+    (policies in the order they first come, a policy's lines in their order) into panels of at
+    most ``max_lines`` lines and about equal sizes, a policy's lines in one panel when they fit
+    in one (else in consecutive panels). Every line is in exactly one panel."""
+    if max_lines < 1:
+        raise ValueError(f"max_lines must be at least 1, got {max_lines}")
+    count = len(policies)
+    if count <= max_lines:
+        return [list(range(count))]
+    by_policy: dict[str, list[int]] = {}
+    for i, policy in enumerate(policies):
+        by_policy.setdefault(str(policy), []).append(i)
+    target = -(-count // -(-count // max_lines))  # ceil(count / number of panels needed)
+    chunks = []
+    for lines in by_policy.values():  # a policy of too many lines: in equal consecutive chunks
+        for part in np.array_split(lines, -(-len(lines) // max_lines)):
+            chunks.append([int(i) for i in part])
+    panels: list[list[int]] = [[]]
+    for chunk in chunks:
+        current = panels[-1]
+        if current and (len(current) >= target or len(current) + len(chunk) > max_lines):
+            panels.append([])
+        panels[-1].extend(chunk)
+    return panels
 
 
 def _title(ax, title: str, *notes: str) -> None:
@@ -163,8 +255,69 @@ def _title(ax, title: str, *notes: str) -> None:
         ax.set_title(title)
 
 
-def _legend(ax, title: str, fontsize=8) -> None:
-    ax.legend(fontsize=fontsize, title=title, title_fontsize=fontsize - 1)
+def _legend(ax, title: str, fontsize=8):
+    """The legend of ``ax``, right of its axes (outside the data), top-aligned with them."""
+    return ax.legend(
+        fontsize=fontsize,
+        title=title or None,
+        title_fontsize=fontsize - 1,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+    )
+
+
+def legend_size(labels: Sequence[str], title: str = "", fontsize=8) -> tuple[float, float]:
+    """About the (width, height) in inches of a legend of ``labels`` under ``title``: what a
+    figure adds beside its axes, and the least height of a panel, to show it whole."""
+    title = title or ""
+    lines = [*title.splitlines(), *labels]
+    chars = max((len(line) for line in lines), default=0)
+    width = 0.9 + 0.6 * fontsize / 72 * chars  # the handle and padding, then the text
+    height = 0.35 + 1.6 * fontsize / 72 * (len(labels) + len(title.splitlines()))
+    return width, height
+
+
+def _line_figure(
+    panels: list[list[str]], legend_title: str, width=6.4, height=4.2, columns=1, fontsize=8
+):
+    """A figure of one row of ``columns`` axes per panel (``panels``: each panel's legend
+    labels), sharing x and y, in constrained layout, sized for each row's legend on its right:
+    each axes ``width / columns`` wide, the legend beside, rows ``height`` high (or less, at
+    least 3 inches, when there are several), or the legend's height if more."""
+    legends = [legend_size(labels, legend_title, fontsize) for labels in panels]
+    rows = len(panels)
+    row_height = height if rows == 1 else max(3.0, 0.75 * height)
+    row_height = max(row_height, *(h + 0.9 for _, h in legends))
+    figsize = (width + max(w for w, _ in legends), row_height * rows)
+    fig, axes = _subplots(
+        rows, columns, figsize=figsize, sharex=True, sharey=True, squeeze=False,
+        layout="constrained",
+    )  # fmt: skip
+    return fig, axes
+
+
+def _panels_note(panels: list[list[int]]) -> str:
+    """What a figure of several panels says under its title ("" for one)."""
+    if len(panels) == 1:
+        return ""
+    count = sum(len(p) for p in panels)
+    return f"{count} lines in {len(panels)} panels (shared axes)"
+
+
+def _finish(axes, groups, xlabel, ylabel, title, notes, legend_title, fontsize=8) -> None:
+    """Axis labels (x on the bottom row), title and notes (and how many panels, if several) on
+    the first axes unless ``title`` is None, a grid, and each row's legend right of its last
+    axes."""
+    for row in axes:
+        for ax in row:
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel(ylabel)
+        _legend(row[-1], legend_title, fontsize)
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel)
+    if title is not None:
+        _title(axes[0][0], title, *notes, _panels_note(groups))
 
 
 def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
@@ -191,6 +344,17 @@ def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[st
     return names
 
 
+def _drawn(ds: xr.Dataset, configs, varying, max_lines, colors):
+    """``(configs, labels, styles, panels)`` of the lines of ``configs`` (every configuration
+    of ``ds`` by default): their legend labels, colours and line styles (``colors``: ``{policy:
+    colour}``, default :func:`policy_colors` of ``ds["policy"]``) and the panels they go in."""
+    configs = list(ds["config"].to_numpy() if configs is None else configs)
+    colors = policy_colors(ds["policy"].to_numpy()) if colors is None else colors
+    policies = [str(ds["policy"].sel(config=c).item()) for c in configs]
+    labels = [config_label(ds, c, varying) for c in configs]
+    return configs, labels, line_styles(policies, colors), panel_groups(policies, max_lines)
+
+
 def plot_over_rounds(
     ds,
     variable,
@@ -204,20 +368,22 @@ def plot_over_rounds(
     varying=None,
     subtitle="",
     bounds=None,
+    colors=None,
 ):
     """One banded line per configuration of ``variable`` [config, seed, round] (``configs``:
-    every one by default), told apart by colour and legend; the legend labels name the
-    hyperparameters in ``varying`` (by default those that vary in ``ds``) and ``subtitle``
-    (what the figure fixes, say) goes under the title. ``method``: the interval of the bands,
-    clipped to ``bounds`` (default: the variable's declared ones; of its running sum with
-    ``cumulative``).
+    every one by default, every one drawn), told apart by colour and legend; the legend labels
+    name the hyperparameters in ``varying`` (by default those that vary in ``ds``) and
+    ``subtitle`` (what the figure fixes, say) goes under the title. ``method``: the interval of
+    the bands, clipped to ``bounds`` (default: the variable's declared ones; of its running sum
+    with ``cumulative``). More than ``max_lines`` lines are split into panels; ``colors``:
+    ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``).
     """
     from jfl.results import bounds_of
 
     if cumulative and f"{variable}_band" in ds:
         raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
     varying = varying_hparams(ds) if varying is None else varying
-    configs, cut = shown_configs(ds, configs, max_lines)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
     bounds = bounds_of(variable) if bounds is None else Bounds(*bounds)
     cumsum = None
     if cumulative:
@@ -226,55 +392,57 @@ def plot_over_rounds(
         def cumsum(samples):
             return np.cumsum(samples, axis=1)
 
-    fig, ax = _subplots(figsize=(6.4, 4.2))
-    for config, color in zip(configs, line_colors(len(configs)), strict=True):
-        label = config_label(ds, config, varying)
-        seed_band(
-            ax, ds, variable, config, "round", label=label, transform=cumsum, method=method,
-            bounds=bounds, color=color,
-        )  # fmt: skip
-    ax.set_xlabel("round")
-    ax.set_ylabel(ylabel)
-    _title(ax, title, subtitle, cut)
-    ax.grid(alpha=0.3)
-    _legend(ax, band_title(ds, variable, method))
-    fig.tight_layout()
+    legend_title = band_title(ds, variable, method)
+    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
+    for (ax,), group in zip(axes, groups, strict=True):
+        for i in group:
+            seed_band(
+                ax, ds, variable, configs[i], "round", label=labels[i], transform=cumsum,
+                method=method, bounds=bounds, **styles[i],
+            )  # fmt: skip
+    _finish(axes, groups, "round", ylabel, title, (subtitle,), legend_title)
     fig.savefig(path, dpi=120)
     return fig
 
 
 def plot_pull_record(
-    ds, path, configs=None, max_lines=MAX_LINES, method="t", varying=None, subtitle=""
+    ds,
+    path,
+    configs=None,
+    max_lines=MAX_LINES,
+    method="t",
+    varying=None,
+    subtitle="",
+    colors=None,
 ):
     """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4);
     the arguments as :func:`plot_over_rounds`'."""
     from jfl.results import bounds_of
 
     varying = varying_hparams(ds) if varying is None else varying
-    configs, cut = shown_configs(ds, configs, max_lines)
-    fig, ax = _subplots(figsize=(6.4, 4.2))
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
     x = np.arange(1, ds.sizes["client"] + 1)
     runs = has_runs(ds, "selection_count") and (
         method == "bootstrap" or "pull_record_band" not in ds
     )
-    for config, color in zip(configs, line_colors(len(configs)), strict=True):
-        label = config_label(ds, config, varying)
-        style = {"label": label, "marker": ".", "color": color}
-        if not runs:
-            stats = ds["pull_record_band"].sel(config=config)
-            mean, variance = stats.sel(stat="mean"), stats.sel(stat="var")
-            bounds = bounds_of("pull_record")
-            band_from_stats(ax, x, mean, variance, ds.sizes["seed"], bounds=bounds, **style)
-            continue
-        counts = ds["selection_count"].sel(config=config).transpose("seed", "client").to_numpy()
-        bounds = bounds_of("selection_count")
-        band(ax, x, np.sort(counts, axis=1), method=method, bounds=bounds, **style)
-    ax.set_xlabel("client (sorted by pull count)")
-    ax.set_ylabel(f"selections after {ds.sizes['round']} rounds")
-    _title(ax, "Pull record", subtitle, cut)
-    ax.grid(alpha=0.3)
-    _legend(ax, band_title(ds, "selection_count" if runs else "pull_record", method))
-    fig.tight_layout()
+    legend_title = band_title(ds, "selection_count" if runs else "pull_record", method)
+    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
+    for (ax,), group in zip(axes, groups, strict=True):
+        for i in group:
+            config, style = configs[i], {"label": labels[i], "marker": ".", **styles[i]}
+            if not runs:
+                stats = ds["pull_record_band"].sel(config=config)
+                mean, variance = stats.sel(stat="mean"), stats.sel(stat="var")
+                bounds = bounds_of("pull_record")
+                band_from_stats(ax, x, mean, variance, ds.sizes["seed"], bounds=bounds, **style)
+                continue
+            counts = ds["selection_count"].sel(config=config).transpose("seed", "client")
+            bounds = bounds_of("selection_count")
+            band(ax, x, np.sort(counts.to_numpy(), axis=1), method=method, bounds=bounds, **style)
+    _finish(
+        axes, groups, "client (sorted by pull count)",
+        f"selections after {ds.sizes['round']} rounds", "Pull record", (subtitle,), legend_title,
+    )  # fmt: skip
     fig.savefig(path, dpi=120)
     return fig
 
@@ -313,34 +481,51 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     return fig
 
 
-def plot_metric_vs(summary: pd.DataFrame, metric: str, x: str, path, ylabel=None, title=None):
+def plot_metric_vs(
+    summary: pd.DataFrame,
+    metric: str,
+    x: str,
+    path,
+    ylabel=None,
+    title=None,
+    max_lines=MAX_LINES,
+    colors=None,
+):
     """A summary metric against one column, one line per policy, with its interval as error bars.
 
     Other varying columns would mix several configurations into one point, so every remaining
-    hyperparameter combination gets its own line.
+    hyperparameter combination gets its own line. More than ``max_lines`` lines are split into
+    panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of the summary's
+    policies, so the same as the figures of its dataset).
     """
-    fig, ax = _subplots(figsize=(6.4, 4.2))
     others = [
         c
         for c in _label_columns(summary)
         if c not in ("policy", x) and summary[c].nunique(dropna=True) > 1
     ]
+    lines = []  # (policy, label, rows)
     for keys, group in summary.groupby(["policy", *others], dropna=False, sort=False):
         keys = keys if isinstance(keys, tuple) else (keys,)
         label = " ".join(
             [str(keys[0])]
             + [f"{n}={v:g}" for n, v in zip(others, keys[1:], strict=True) if np.isfinite(v)]
         )
-        group = group.sort_values(x)
-        mean = group[metric].to_numpy()
-        err = np.stack([mean - group[f"{metric}_lo"], group[f"{metric}_hi"] - mean])
-        ax.errorbar(group[x], mean, yerr=np.nan_to_num(err), marker="o", capsize=3, label=label)
-    ax.set_xlabel(x)
-    ax.set_ylabel(ylabel or metric)
-    ax.set_title(title or metric)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+        lines.append((str(keys[0]), label, group.sort_values(x)))
+    policies = [policy for policy, _, _ in lines]
+    colors = policy_colors(summary["policy"].to_numpy()) if colors is None else colors
+    styles = line_styles(policies, colors)
+    groups = panel_groups(policies, max_lines)
+    fig, axes = _line_figure([[lines[i][1] for i in g] for g in groups], "")
+    for (ax,), group_lines in zip(axes, groups, strict=True):
+        for i in group_lines:
+            _, label, group = lines[i]
+            mean = group[metric].to_numpy()
+            err = np.stack([mean - group[f"{metric}_lo"], group[f"{metric}_hi"] - mean])
+            ax.errorbar(
+                group[x], mean, yerr=np.nan_to_num(err), marker="o", capsize=3, label=label,
+                **styles[i],
+            )  # fmt: skip
+    _finish(axes, groups, x, ylabel or metric, title or metric, (), "")
     fig.savefig(path, dpi=120)
     return fig
 
@@ -351,40 +536,46 @@ def _label_columns(summary: pd.DataFrame) -> list[str]:
     return list(summary.columns[:end])
 
 
-def plot_selection_fraction(ds: xr.Dataset, path, configs=None, max_lines=8, method="t"):
+def plot_selection_fraction(
+    ds: xr.Dataset, path, configs=None, max_lines=8, method="t", colors=None
+):
     """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
 
     Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
-    dataset has a per-client ``queue_rate`` [config, client]. Bands in [0, 1].
+    dataset has a per-client ``queue_rate`` [config, client]. Bands in [0, 1]. More than
+    ``max_lines`` configurations are split into rows of panels (one panel per client in each);
+    ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``).
     """
     from jfl.results import running_selection_fraction
 
     varying = varying_hparams(ds)
-    configs, cut = shown_configs(ds, configs, max_lines)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
     num_clients = ds.sizes["client"]
-    fig, axes = _subplots(
-        1, num_clients, figsize=(3.2 * num_clients, 3.6), sharey=True, squeeze=False
-    )
+    legend_title = band_title(ds, "selected", method)
+    fig, axes = _line_figure(
+        [[labels[i] for i in g] for g in groups], legend_title, width=3.2 * num_clients,
+        height=3.6, columns=num_clients, fontsize=7,
+    )  # fmt: skip
     fraction = running_selection_fraction(ds)
     x = ds["round"].to_numpy()
-    colors = line_colors(len(configs))
+    for row, group in zip(axes, groups, strict=True):
+        shown = [configs[i] for i in group]
+        for k, ax in enumerate(row):
+            for i in group:
+                samples = fraction.sel(config=configs[i], client=k).transpose("seed", "round")
+                band(
+                    ax, x, samples.to_numpy(), label=labels[i], method=method,
+                    bounds=UNIT_INTERVAL, **styles[i],
+                )  # fmt: skip
+            if "queue_rate" in ds and "client" in ds["queue_rate"].dims:
+                targets = np.unique(ds["queue_rate"].sel(config=shown, client=k).to_numpy())
+                for target in targets:
+                    ax.axhline(target, color="k", linestyle="--", linewidth=1)
+    _finish(axes, groups, "round", "selection fraction", None, (), legend_title, 7)
     for k, ax in enumerate(axes[0]):
-        for config, color in zip(configs, colors, strict=True):
-            samples = fraction.sel(config=config, client=k).transpose("seed", "round").to_numpy()
-            label = config_label(ds, config, varying)
-            band(ax, x, samples, label=label, method=method, bounds=UNIT_INTERVAL, color=color)
-        if "queue_rate" in ds and "client" in ds["queue_rate"].dims:
-            targets = np.unique(ds["queue_rate"].sel(config=configs, client=k).to_numpy())
-            for target in targets:
-                ax.axhline(target, color="k", linestyle="--", linewidth=1)
         ax.set_title(f"client {k + 1}")
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("selection fraction")
-    if cut:
-        fig.suptitle(cut, fontsize=9)
-    _legend(axes[0][-1], band_title(ds, "selected", method), fontsize=7)
-    fig.tight_layout()
+    if len(groups) > 1:
+        fig.suptitle(_panels_note(groups), fontsize=9)
     fig.savefig(path, dpi=120)
     return fig
 
@@ -402,6 +593,7 @@ def plot_accuracy(
     exclude=("policy", "queue_rate"),
     method="t",
     variable="accuracy",
+    colors=None,
 ):
     """Test accuracy (or ``variable``, another evaluation: ``test_loss``) with its band over
     seeds, against the round or the simulated wall-clock.
@@ -409,35 +601,36 @@ def plot_accuracy(
     Against time, the x position of an evaluation is the seed-mean of the wall-clock at that
     round (seeds differ in their clocks; the band is over accuracies at equal rounds).
     ``exclude`` names configuration labels left out of the legend. Bands in the accuracy's
-    bounds, [0, 1].
+    bounds, [0, 1]. Every configuration of ``configs`` is drawn, more than ``max_lines`` in
+    panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of
+    ``ds["policy"]``, the same in every figure of the dataset).
     """
-    varying = varying_hparams(ds, exclude=exclude)
-    configs, cut = shown_configs(ds, configs, max_lines)
-    rounds = ds["eval"].to_numpy()
     from jfl.results import bounds_of
 
+    varying = varying_hparams(ds, exclude=exclude)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
+    rounds = ds["eval"].to_numpy()
     bounds = bounds_of(variable)
-    fig, ax = _subplots(figsize=(6.4, 4.2))
-    for config, color in zip(configs, line_colors(len(configs)), strict=True):
-        c = ds.sel(config=config)
-        samples = c[variable].transpose("seed", "eval").to_numpy()
-        if against == "round":
-            x = rounds
-        else:
-            clock = c["wall_clock"].transpose("seed", "round").to_numpy().mean(axis=0)
-            x = np.concatenate([[0.0], clock])[rounds]
-        label = config_label(ds, config, varying)
-        band(ax, x, samples, label=label, method=method, bounds=bounds, color=color)
+    legend_title = band_title(ds, variable, method)
+    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
     target = ds.attrs.get("target_accuracy") if variable == "accuracy" else None
-    if target is not None:
-        ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("round" if against == "round" else "simulated wall-clock time (s)")
+    for (ax,), group in zip(axes, groups, strict=True):
+        for i in group:
+            c = ds.sel(config=configs[i])
+            samples = c[variable].transpose("seed", "eval").to_numpy()
+            if against == "round":
+                x = rounds
+            else:
+                clock = c["wall_clock"].transpose("seed", "round").to_numpy().mean(axis=0)
+                x = np.concatenate([[0.0], clock])[rounds]
+            band(ax, x, samples, label=labels[i], method=method, bounds=bounds, **styles[i])
+        if target is not None:
+            ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
     ylabel = EVALUATION_LABELS.get(variable, variable)
-    ax.set_ylabel(ylabel)
     against_name = "round" if against == "round" else "time"
-    _title(ax, title or f"{ylabel.capitalize()} vs {against_name}", cut)
-    ax.grid(alpha=0.3)
-    _legend(ax, band_title(ds, "accuracy", method))
-    fig.tight_layout()
+    _finish(
+        axes, groups, "round" if against == "round" else "simulated wall-clock time (s)",
+        ylabel, title or f"{ylabel.capitalize()} vs {against_name}", (), legend_title,
+    )  # fmt: skip
     fig.savefig(path, dpi=120)
     return fig

@@ -247,29 +247,165 @@ def test_a_reduced_band_asked_for_a_bootstrap_says_it_is_student_t(tmp_path):
     assert _band_extent(fig.axes[0])[0] == pytest.approx((0.0, hi.max()))
 
 
-def test_many_lines_get_distinct_colours_and_a_cut_is_announced(tmp_path):
-    """Up to ``MAX_LINES`` configurations each get a colour of their own; beyond, an evenly
-    spaced selection whose title says how many of how many it draws."""
-    count = 30
-    rng = np.random.default_rng(1)
-    ds = xr.Dataset(
-        {"round_time": (("config", "seed", "round"), rng.random((count, 3, 4)))},
+def _many_methods(count: int, variants: int = 2) -> xr.Dataset:
+    """``count`` methods ``m00``, ``m01``, …, the last one (``m_last``) at ``variants`` values of
+    V (the others without V): ``count - 1 + variants`` configurations, 2 seeds, 4 rounds, 2
+    clients, 3 evaluations."""
+    rng = np.random.default_rng(2)
+    policies = [f"m{i:02d}" for i in range(count - 1)] + ["m_last"] * variants
+    lines = len(policies)
+    selected = rng.random((lines, 2, 4, 2)) < 0.5
+    return xr.Dataset(
+        {
+            "round_time": (("config", "seed", "round"), rng.random((lines, 2, 4))),
+            "num_selected": (("config", "seed", "round"), selected.sum(-1)),
+            "selection_count": (("config", "seed", "client"), selected.sum(-2)),
+            "final_queue": (("config", "seed", "client"), rng.random((lines, 2, 2))),
+            "selected": (("config", "seed", "round", "client"), selected),
+            "accuracy": (("config", "seed", "eval"), rng.random((lines, 2, 3))),
+            "wall_clock": (("config", "seed", "round"), np.cumsum(rng.random((lines, 2, 4)), -1)),
+        },
         coords={
-            "config": np.arange(count),
-            "seed": np.arange(3),
+            "config": np.arange(lines),
+            "seed": [0, 1],
             "round": np.arange(1, 5),
-            "policy": ("config", ["rbcsf"] * count),
-            "V": ("config", np.arange(count, dtype=float)),
+            "client": [0, 1],
+            "eval": [0, 2, 4],
+            "policy": ("config", policies),
+            "V": ("config", [np.nan] * (count - 1) + [float(10**v) for v in range(variants)]),
         },
     )
-    fig = plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "a.png", "T", configs=range(14))
-    colours = [tuple(line.get_color()) for line in fig.axes[0].get_lines()]
-    assert len(colours) == 14 and len(set(colours)) == 14
-    assert fig.axes[0].get_title() == "T"
-    fig = plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "b.png", "T")
-    assert fig.axes[0].get_title() == f"T\n{plots.MAX_LINES} of {count} configurations"
-    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert legend[0] == "rbcsf V=0" and legend[-1] == f"rbcsf V={count - 1}"
+
+
+def _labelled_lines(fig) -> list:
+    """The lines with a legend label (not the bands' or the targets') across every axes."""
+    lines = [line for ax in fig.axes for line in ax.get_lines()]
+    return [line for line in lines if not line.get_label().startswith("_")]
+
+
+def _legend_texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+def test_every_configuration_is_drawn_in_panels_of_at_most_max_lines(tmp_path):
+    """More lines than the old cap of 16 (and than :data:`MAX_LINES`): none left out, split
+    into panels that share their axes, each of at most ``MAX_LINES`` lines with its legend,
+    the title saying so; a method's lines (m_last at two V) in one panel."""
+    ds = _many_methods(20)
+    labels = [plots.config_label(ds, c, ["V"]) for c in range(21)]
+    figures = {
+        "accuracy": plots.plot_accuracy(ds, tmp_path / "a.png", against="time"),
+        "rounds": plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "r.png", "T"),
+        "pull": plots.plot_pull_record(ds, tmp_path / "p.png"),
+    }
+    for name, fig in figures.items():
+        read_back_png(tmp_path / f"{name[0]}.png", fig)
+        assert len(fig.axes) == 2, name
+        assert sorted(line.get_label() for line in _labelled_lines(fig)) == sorted(labels)
+        assert sorted(_legend_texts(fig)) == sorted(labels), name
+        assert all(len(ax.get_legend().get_texts()) <= plots.MAX_LINES for ax in fig.axes)
+        first, second = fig.axes
+        assert first.get_shared_x_axes().joined(first, second)
+        assert first.get_shared_y_axes().joined(first, second)
+        assert first.get_title().endswith("\n21 lines in 2 panels (shared axes)"), name
+        assert second.get_xlabel() != "" and all(ax.get_ylabel() for ax in fig.axes)
+        texts = [t.get_text() for t in second.get_legend().get_texts()]
+        assert texts[-2:] == ["m_last V=1", "m_last V=10"], name
+    # one panel per client in each row, every configuration in one row
+    fig = plots.plot_selection_fraction(ds, tmp_path / "f.png", max_lines=8)
+    assert len(fig.axes) == 3 * 2  # 21 lines in rows of at most 8, times 2 clients
+    lines = [line.get_label() for line in _labelled_lines(fig)]
+    assert sorted(lines) == sorted(labels * 2)
+    assert sorted(_legend_texts(fig)) == sorted(labels)
+    summary = summarize(ds)
+    fig = plots.plot_metric_vs(summary, "jain_index", "V", tmp_path / "v.png", "Jain", "J")
+    assert len(fig.axes) == 2 and sorted(_legend_texts(fig)) == sorted(
+        {label.split()[0] for label in labels}
+    )
+
+
+def test_panels_group_a_method_and_keep_every_line_once():
+    assert plots.panel_groups(["a", "b", "a"], max_lines=3) == [[0, 1, 2]]  # as given
+    policies = [f"m{i}" for i in range(17)]
+    assert [len(p) for p in plots.panel_groups(policies, 12)] == [9, 8]  # balanced
+    policies = ["a", "b", "a", "c", "b", "a"] + [f"m{i}" for i in range(8)]
+    panels = plots.panel_groups(policies, max_lines=6)
+    assert sorted(i for panel in panels for i in panel) == list(range(len(policies)))
+    assert panels[0] == [0, 2, 5, 1, 4] and all(len(p) <= 6 for p in panels)
+    panels = plots.panel_groups(["a"] * 30, max_lines=12)
+    assert panels == [list(range(10)), list(range(10, 20)), list(range(20, 30))]
+    with pytest.raises(ValueError, match="max_lines"):
+        plots.panel_groups(["a"], 0)
+
+
+def test_a_method_has_one_colour_in_every_figure_of_a_dataset(ds, tmp_path):
+    """The colour follows the method through the sorted names of the dataset's policies,
+    whatever subset a figure draws, and the summary figure of the same results."""
+    many = _many_methods(20)
+
+    def colours(fig):
+        return {line.get_label(): line.get_color() for line in _labelled_lines(fig)}
+
+    every = colours(plots.plot_accuracy(many, tmp_path / "a.png"))
+    some = colours(plots.plot_accuracy(many, tmp_path / "b.png", configs=[19, 3, 8]))
+    other = colours(plots.plot_over_rounds(many, "round_time", "s", tmp_path / "c.png", "T",
+                                           configs=[8, 0]))  # fmt: skip
+    assert some["m03"] == every["m03"] == plots.policy_colors(many["policy"])["m03"]
+    assert some["m08"] == every["m08"] == other["m08"] and other["m00"] == every["m00"]
+    assert some["m03"] != some["m08"]
+    # a policy's lines share its hue, shaded, and differ in style; in the summary too
+    rbcsf = plots.policy_colors(ds["policy"])["rbcsf"]
+    full = colours(plots.plot_accuracy(ds, tmp_path / "d.png"))
+    assert full["rbcsf V=1 beta=0.1"] != full["rbcsf V=10 beta=0.2"]
+    hue = matplotlib.colors.rgb_to_hsv
+    for label in ("rbcsf V=1 beta=0.1", "rbcsf V=10 beta=0.2"):
+        assert hue(full[label][:3])[0] == pytest.approx(hue(rbcsf[:3])[0], abs=0.01)
+    fig = plots.plot_metric_vs(summarize(ds), "jain_index", "V", tmp_path / "e.png")
+    errorbars = {c.get_label(): c.lines[0].get_color() for c in fig.axes[0].containers}
+    assert errorbars["random"] == full["random"] == plots.policy_colors(ds["policy"])["random"]
+
+
+def test_twenty_and_more_methods_get_distinct_colours():
+    """No two of 30 methods share a colour; the palette's 24 are far apart (no light/dark pairs
+    of one hue: at least 0.2 apart in RGB); variants of one method differ in colour and style."""
+    names = [f"method{i}" for i in range(30)]
+    colours = plots.policy_colors(names[::-1] + names[:5])  # order and repeats don't matter
+    assert list(colours) == sorted(names)
+    rgb = np.array([c[:3] for c in colours.values()])
+    gaps = np.linalg.norm(rgb[:, None] - rgb[None], axis=-1) + np.eye(len(rgb))
+    assert gaps.min() > 0.01
+    assert gaps[:24, :24].min() >= 0.2
+    styles = plots.line_styles(["a"] * 14 + ["b"])
+    assert len({(s["color"], s["linestyle"]) for s in styles}) == 15
+    assert len({s["color"] for s in styles}) == 15
+    with pytest.raises(ValueError, match="no colour"):
+        plots.line_styles(["a", "z"], plots.policy_colors(["a"]))
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_legends_stand_outside_the_data_and_inside_the_figure(ds, tmp_path):
+    """Every legend's box is off its axes' data area (and any other axes'), and whole on the
+    figure (not clipped), for few and for many lines."""
+    many = _many_methods(20)
+    for fig in (
+        plots.plot_accuracy(ds, tmp_path / "a.png"),
+        plots.plot_accuracy(many, tmp_path / "b.png"),
+        plots.plot_over_rounds(many, "round_time", "s", tmp_path / "c.png", "T", configs=[0, 20]),
+        plots.plot_selection_fraction(many, tmp_path / "d.png"),
+        plots.plot_metric_vs(summarize(many), "jain_index", "V", tmp_path / "e.png"),
+    ):
+        fig.draw_without_rendering()  # lays it out as savefig does (a bare canvas.draw() does not)
+        page = fig.bbox
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert legends
+        for legend in legends:
+            box = legend.get_window_extent()
+            assert not any(_overlaps(box, ax.get_window_extent()) for ax in fig.axes)
+            assert page.x0 <= box.x0 and box.x1 <= page.x1
+            assert page.y0 <= box.y0 and box.y1 <= page.y1
 
 
 def test_heatmap_says_what_it_averages(ds):
