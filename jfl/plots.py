@@ -325,9 +325,11 @@ def config_label(ds: xr.Dataset, config: int, varying: list[str]) -> str:
     c = ds.sel(config=config)
     parts = [str(c["policy"].item())]
     for name in varying:
-        value = float(c[name].item())
-        if np.isfinite(value):
-            parts.append(f"{name}={value:g}")
+        value = c[name].item()
+        if isinstance(value, str):  # a named label, e.g. the aggregation
+            parts.append(f"{name}={value}")
+        elif np.isfinite(float(value)):
+            parts.append(f"{name}={float(value):g}")
     return " ".join(parts)
 
 
@@ -338,8 +340,9 @@ def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[st
         if coord.dims != ("config",) or name in exclude or name == "config":
             continue
         values = coord.to_numpy()
-        finite = np.unique(values[np.isfinite(values)])
-        if len(finite) > 1:
+        if values.dtype.kind not in "US":
+            values = values[np.isfinite(values)]
+        if len(np.unique(values)) > 1:
             names.append(name)
     return names
 

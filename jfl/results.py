@@ -78,7 +78,8 @@ def to_dataset(
         coords["stat"] = list(BAND_STATS)
     for column in configs.columns:
         values = configs[column].to_numpy()
-        if column == "policy":
+        # Labels that are names (the policy, its aggregation) stay strings; the rest are numbers.
+        if values.dtype == object or column == "policy":
             values = values.astype(str)
         else:
             values = values.astype(float)

@@ -27,6 +27,10 @@ only ``_lo``/``_hi`` columns changed, each to the previous value clipped to its 
 ``cs_ucb_ideal``, ``cs_ucb_q_fairness``, ``beta_rho_grid`` and ``fl_cs_ucb_q`` were regenerated
 when the CS-UCB family's ties took a per-run random order (issue 27): only the CS-UCB-Q and
 modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit the same.
+``fl_rbcsf``, ``fl_cs_ucb_q`` and ``fl_cocs`` gained the ``aggregation`` column when the
+aggregation became part of each method's protocol (issue 38: ``data_size`` for RBCS-F, FedCS and
+CS-UCB-Q, ``uniform`` for COCS, as their runs averaged before); the column was inserted into the
+stored files and every other value reproduces bit for bit.
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

@@ -46,7 +46,8 @@ RBCSF_TRAINING = FederatedTraining(lr=(0.3,))
 XIA_IDEAL_TRAINING = dataclasses.replace(XIA_TRAINING, eval_every=200)
 XIA_FAIRNESS_TRAINING = dataclasses.replace(XIA_TRAINING, eval_every=100)
 FL_FAIRNESS_PRESET = FairnessPreset(N=4)  # Xia Fig. 6: K = 10 on N = 4 channels
-QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10, aggregation="uniform")
+# COCS's policies average uniformly within an edge server (eq. 3), their ``paper`` aggregation.
+QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10)
 
 
 def slots_of(num_clients: int):
@@ -151,6 +152,7 @@ class FlRbcsf(RbcsfScenario):
         )
         configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "gamma1", [self.gamma1[int(i)] for i in configs["partition"]])
+        configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
         num_samples = int(dataset.y_train.shape[0])
         size = self.client_size(num_samples)
@@ -224,6 +226,7 @@ class FlCsUcbIdeal(WirelessScenario):
         from jfl.sweep import config_table
 
         configs = config_table(self.policies, {}, shared=self.training.columns())
+        configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
         partition = self.training.partition("iid", dataset.y_train, self.clients)
         params = self.wireless_params(availability=1.0)
@@ -300,6 +303,7 @@ class FlCsUcbQ(WirelessScenario):
         configs = config_table(
             self.policies, {"beta": list(self.beta)}, shared=self.training.columns()
         )
+        configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
         partition = self.training.partition(
             "heterogeneous",
@@ -393,6 +397,7 @@ class FlCocs(HflScenario):
 
         scenario = self.scenario()
         configs = config_table(self.policies, {}, shared={**scenario, **self.training.columns()})
+        configs = self.training.with_aggregation(configs)
         env, params = self.environment_params()
         dataset = self.training.load_data()
         partition = self.training.partition(

@@ -100,7 +100,7 @@ class FlSelection(RbcsfScenario):
     trains: ClassVar[bool] = True
     title: ClassVar[str] = "Client selection methods"
     summary_columns: ClassVar[tuple[str, ...]] = (
-        *"policy dirichlet d sigma V".split(),
+        *"policy aggregation dirichlet d sigma V".split(),
         *ACCURACY_COLUMNS,
         "final_test_loss",
     )
@@ -139,6 +139,7 @@ class FlSelection(RbcsfScenario):
         )
         configs = with_queue_rate(configs, self.beta[0])
         configs.insert(1, "dirichlet", [self.dirichlet[int(i)] for i in configs["partition"]])
+        configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
         return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset.y_train))
 

@@ -21,7 +21,7 @@ import numpy as np
 import tyro
 
 from jfl import checks
-from jfl.cli import Floats
+from jfl.cli import Floats, Names
 from jfl.fl.data import DATASETS, Dataset
 from jfl.fl.models import MODELS, PADDINGS
 from jfl.fl.partition import Partition, federated_data
@@ -64,8 +64,9 @@ class FederatedTraining:
     """SGD steps ≥ 1 a round, each on a fresh minibatch; None: --epochs epochs"""
     lr: Floats = (0.1,)
     """learning rate(s) > 0; a list is a swept axis"""
-    aggregation: str = "data_size"
-    """FedAvg weights: data_size or uniform"""
+    aggregation: Names = ("paper",)
+    """how plain selections are averaged, a list: paper (each method's authors' protocol:
+    docs/methods.md), data_size, uniform; methods with their own unbiased weights keep them"""
     eval_every: int = 5
     """rounds between test evaluations; divides --rounds"""
     target_accuracy: float = 0.8
@@ -78,7 +79,9 @@ class FederatedTraining:
         checks.choice("--dataset", self.dataset, DATASETS)
         checks.choice("--model", self.model, sorted(MODELS))
         checks.choice("--padding", self.padding, PADDINGS)
-        checks.choice("--aggregation", self.aggregation, AGGREGATIONS)
+        for aggregation in self.aggregation:
+            checks.choice("--aggregation", aggregation, ("paper", *AGGREGATIONS))
+        checks.distinct("--aggregation", self.aggregation)
         checks.integer("--epochs", self.epochs)
         checks.integer("--batch-size", self.batch_size)
         if self.local_steps is not None:
@@ -94,6 +97,25 @@ class FederatedTraining:
         """The training scenario's configuration columns, crossed with every policy
         (``config_table``'s ``shared``): the partition index and the learning rate."""
         return {"partition": list(range(partitions)), "learning_rate": list(self.lr)}
+
+    def with_aggregation(self, configs):
+        """``configs`` with an ``aggregation`` column, each row once per ``--aggregation``
+        resolved for its policy: ``paper`` is the policy's authors' protocol
+        (``PolicySpec.aggregation``), and a policy with its own weights keeps them
+        ("policy_weights") whatever is asked; rows that resolve alike are kept once. Call it
+        before building arrays aligned with the configurations."""
+        from jfl.policies import get
+
+        rows, resolved = [], []
+        for row, policy in enumerate(configs["policy"]):
+            protocol = get(policy).aggregation
+            for asked in self.aggregation:
+                rows.append(row)
+                own = asked == "paper" or protocol == "policy_weights"
+                resolved.append(protocol if own else asked)
+        table = configs.iloc[rows].reset_index(drop=True)
+        table.insert(1, "aggregation", resolved)
+        return table.drop_duplicates(ignore_index=True)
 
     def partition(self, name: str, labels, num_clients: int, **options) -> Partition:
         """``jfl.fl.make_partition`` of the training labels from ``--partition-seed``."""
@@ -129,13 +151,16 @@ class FederatedTraining:
         num_servers: int = 1,
         global_every: int = 1,
     ):
-        """``plan`` (a selection plan whose configs have ``learning_rate`` and ``partition``
-        columns) with the learner, the stacked data, the memory estimate and the accuracy
-        variables; ``slots(policy, size)`` bounds the clients a policy can select in a round."""
+        """``plan`` (a selection plan whose configs have ``learning_rate``, ``partition`` and
+        ``aggregation`` columns: ``with_aggregation``) with the learner, the stacked data, the
+        memory estimate and the accuracy variables; ``slots(policy, size)`` bounds the clients a
+        policy can select in a round."""
         from jfl.fl.models import CNN, check_input_shape, make_model
         from jfl.fl.train import make_learner
 
         configs = plan.configs
+        if "aggregation" not in configs:
+            raise ValueError("the configurations need an aggregation column: with_aggregation")
         num_clients = plan.env_params.num_clients
         sample_shape = tuple(dataset.x_train.shape[1:])
         model = make_model(self.model, dataset.num_classes, self.padding)
@@ -161,7 +186,6 @@ class FederatedTraining:
                 slots=slots(policy, size),
                 local_steps=self.local_steps,
                 num_servers=num_servers,
-                aggregation=self.aggregation,
                 global_every=global_every,
             )
 
@@ -188,6 +212,7 @@ class FederatedTraining:
             per_config={
                 "learning_rate": configs["learning_rate"].to_numpy(),
                 "partition": configs["partition"].to_numpy(),
+                "aggregation": aggregation_codes(configs["aggregation"]),
                 **plan.per_config,
             },
             learner=learner,
@@ -205,6 +230,12 @@ class FederatedTraining:
                 },
             },
         )
+
+
+def aggregation_codes(names) -> np.ndarray:
+    """The learner's ``aggregation`` hyperparameter of each resolved aggregation (an index into
+    ``jfl.fl.AGGREGATIONS``); policy weights ignore it, and data_size's index stands in."""
+    return np.array([AGGREGATIONS.index(a) if a in AGGREGATIONS else 0 for a in names], np.int32)
 
 
 # An experiment's field of training settings; its flags carry no prefix (``--lr``, not

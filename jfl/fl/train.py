@@ -346,6 +346,12 @@ def server_mean(edge_params):
     return jax.tree.map(lambda leaf: pairwise_sum(leaf, axis=0) / leaf.shape[0], edge_params)
 
 
+def aggregation_index(hparams, default: str = "data_size"):
+    """The configuration's aggregation of plain selections, an index into ``AGGREGATIONS``
+    (traced hyperparameter ``aggregation``; without it, ``default``)."""
+    return jnp.asarray(hparams.get("aggregation", AGGREGATIONS.index(default))).astype(jnp.int32)
+
+
 def partition_index(hparams):
     """The configuration's partition (hyperparameter ``partition``, default 0) as an integer."""
     return jnp.asarray(hparams.get("partition", 0)).astype(jnp.int32)
@@ -414,8 +420,10 @@ def make_learner(
     ``slots`` is the most clients trained in one round (default: all N). Selected clients beyond
     it are not trained and are counted in ``untrained``, so a sweep can refuse such a run; set
     it to the policy's largest possible selection (m for top-m policies) to avoid training empty
-    slots. Traced hyperparameters: ``learning_rate``, and ``partition`` (index into the data's
-    leading axis, default 0). ``signals`` gives the global model's ``local_signals``, its
+    slots. Traced hyperparameters: ``learning_rate``, ``partition`` (index into the data's
+    leading axis, default 0) and ``aggregation`` (an index into ``AGGREGATIONS``, default the
+    ``aggregation`` option): a plain selection's models are averaged by data size or uniformly.
+    ``signals`` gives the global model's ``local_signals``, its
     ``minibatch_loss`` on ``probe_batch`` samples (default: ``batch_size``), every client's
     ``grad_sketch`` (``gradient_sketches``) and ``local_update_norm`` (the norm of the update
     each client would make this round: every client trains); ``step`` gives each participant's
@@ -484,10 +492,8 @@ def make_learner(
             edge = _move(trained, jnp.where(arrived, weight[clients], 0.0), server[clients],
                          state.edge_params, num_servers)  # fmt: skip
         else:
-            if aggregation == "data_size":
-                size = data.count[partition, clients].astype(jnp.float32)
-            else:
-                size = jnp.ones(slots, jnp.float32)
+            uniform = aggregation_index(hparams, aggregation) == AGGREGATIONS.index("uniform")
+            size = jnp.where(uniform, 1.0, data.count[partition, clients].astype(jnp.float32))
             size = jnp.where(arrived, size, 0.0)
             edge = _aggregate(trained, size, server[clients], state.edge_params, num_servers)
         if num_servers > 1:

@@ -53,5 +53,6 @@ register(
         {},
         "Clustered sampling (Alg. 1): one client from each of m buckets poured by data share",
         requires=("available", "data_size"),
+        aggregation="policy_weights",
     )
 )

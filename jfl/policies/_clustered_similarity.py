@@ -242,5 +242,6 @@ register(
         "Clustered sampling (Alg. 2): Ward's tree of the angles between the clients' last "
         "updates, cut at share 1/m, one client from each of m buckets",
         requires=("available", "data_size", "update_sketch"),
+        aggregation="policy_weights",
     )
 )

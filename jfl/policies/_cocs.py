@@ -620,5 +620,6 @@ for _name, _build, _hparams, _description, _requires in (
             _hparams,
             _description,
             requires=_requires,
+            aggregation="uniform",  # Qu et al. eq. 3: w_m + (1/S_m) Σ Δ_n within an edge server
         )
     )

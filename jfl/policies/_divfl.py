@@ -220,5 +220,6 @@ register(
         },
         "DivFL: greedy facility location on the clients' gradient sketches (diverse clients)",
         requires=("available", "grad_sketch"),
+        aggregation="data_size",  # the authors' code: `aggregate`, "w is the number of samples"
     )
 )

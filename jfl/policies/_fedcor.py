@@ -304,5 +304,6 @@ register(
         },
         "FedCor: a GP over clients' loss changes; greedy max expected global-loss decrease",
         requires=("available", "local_loss", "data_size"),
+        aggregation="uniform",  # the authors' code: average_weights(..., omega=None)
     )
 )

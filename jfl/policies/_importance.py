@@ -162,6 +162,7 @@ register(
         },
         "DELTA: unbiased sampling ∝ d·sqrt(α₁ζ² + α₂σ²) learnt from the participants",
         requires=("available", "data_size", "update_sketch", "grad_var"),
+        aggregation="policy_weights",
     )
 )
 register(
@@ -171,6 +172,7 @@ register(
         {},
         "FedIS: unbiased sampling ∝ d·‖update‖ learnt from the participants",
         requires=("available", "data_size", "update_norm"),
+        aggregation="policy_weights",
     )
 )
 register(
@@ -180,6 +182,7 @@ register(
         {},
         "Optimal client sampling: every client's update norm, π = min(1, λ·d‖U‖), Bernoulli",
         requires=("available", "data_size", "local_update_norm"),
+        aggregation="policy_weights",
         selects_at_most=lambda num_clients, size: num_clients,
     )
 )

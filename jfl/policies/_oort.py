@@ -275,5 +275,6 @@ register(
         "Oort: ε-greedy over clipped loss utility + staleness, slower than the θ-th percentile "
         "penalised (T/D)^α, a pacer moving θ; unexplored ∝ data size",
         requires=("available", "time", "data_size", "local_loss_sq"),
+        aggregation="uniform",  # the authors' harness: --is_even_avg, default True
     )
 )

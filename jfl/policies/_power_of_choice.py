@@ -162,6 +162,7 @@ for _spec in (
         _CANDIDATES,
         "Power-of-Choice: of d candidates drawn ∝ data share, the m with the highest local loss",
         requires=("available", "data_size", "local_loss"),
+        aggregation="uniform",  # the authors' code: weight = 1/size
     ),
     PolicySpec(
         "cpow_d",
@@ -169,6 +170,7 @@ for _spec in (
         _CANDIDATES,
         "Power-of-Choice's cpow-d: the candidates ranked by the loss on one minibatch",
         requires=("available", "data_size", "minibatch_loss"),
+        aggregation="uniform",  # the authors' code: weight = 1/size
     ),
     PolicySpec(
         "rpow_d",
@@ -176,6 +178,7 @@ for _spec in (
         _CANDIDATES,
         "Power-of-Choice's rpow-d: the candidates ranked by their last training loss",
         requires=("available", "data_size", "train_loss"),
+        aggregation="uniform",  # the authors' code: weight = 1/size
     ),
     PolicySpec(
         "proportional",
@@ -183,6 +186,7 @@ for _spec in (
         {},
         "rand: m draws ∝ data share with replacement, each weighing 1/m (unbiased)",
         requires=("available", "data_size"),
+        aggregation="policy_weights",
     ),
 ):
     register(_spec)

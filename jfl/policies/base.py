@@ -82,6 +82,10 @@ class Policy(NamedTuple):
     signals: tuple[str, ...] = ()
 
 
+# The values of ``PolicySpec.aggregation``.
+AGGREGATION_PROTOCOLS = ("data_size", "uniform", "policy_weights")
+
+
 class Selection(NamedTuple):
     """A selection with aggregation weights: what ``select`` returns when the policy, not the
     learner, weighs the participants' updates (the unbiased sampling-based methods).
@@ -193,6 +197,18 @@ class PolicySpec:
     # The most clients one round can select, ``selects_at_most(num_clients, size)``; by default
     # the size itself. Federated runs train that many slots a round, so shapes stay static.
     selects_at_most: Callable[[int, int], int] | None = None
+    # How a federated run averages the participants' models under the authors' protocol
+    # (``--aggregation paper``, docs/decisions.md#aggregation-protocols): "data_size" (FedAvg's
+    # n_k/Σn, McMahan et al.) or "uniform" (1/m) for a plain selection; "policy_weights" for a
+    # policy whose ``select`` returns a ``Selection``, whose weights every aggregation keeps.
+    aggregation: str = "data_size"
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATION_PROTOCOLS:
+            raise ValueError(
+                f"policy {self.name!r}: aggregation must be one of {AGGREGATION_PROTOCOLS}, "
+                f"got {self.aggregation!r}"
+            )
 
     def defaults(self) -> dict[str, float]:
         """Every hyperparameter's default value."""

@@ -462,7 +462,17 @@ RECOMPOSED = {
     "cs_ucb_q_run": ["--lr", "0.05,0.1"],
     "cocs_run": ["--lr", "0.05,0.1"],
 }
-LABELS = ("policy", "learning_rate", "partition", "gamma1", "V", "beta", "budget", "deadline")
+LABELS = (
+    "policy",
+    "aggregation",
+    "learning_rate",
+    "partition",
+    "gamma1",
+    "V",
+    "beta",
+    "budget",
+    "deadline",
+)
 
 
 def test_configuration_results_do_not_depend_on_the_rest_of_the_sweep(run, tmp_path, mnist_dir):

@@ -84,7 +84,8 @@ def test_bytes_per_fl_run_grows_with_slots_batch_and_model():
     [
         ({"dataset": "imagenet"}, "--dataset must be one of"),
         ({"model": "resnet"}, "--model must be one of"),
-        ({"aggregation": "magic"}, "--aggregation must be one of"),
+        ({"aggregation": ("magic",)}, "--aggregation must be one of"),
+        ({"aggregation": ("uniform", "uniform")}, "--aggregation: duplicate values"),
         ({"epochs": 0}, "--epochs must be an integer >= 1"),
         ({"batch_size": 0}, "--batch-size must be an integer >= 1"),
         ({"eval_every": 0}, "--eval-every must be an integer >= 1"),
@@ -111,6 +112,16 @@ def test_federated_plan_adds_learner_data_memory_and_accuracy_attributes():
     configs = pd.DataFrame(
         {"policy": "random", "partition": [0, 1], "learning_rate": [0.1, 0.3], "queue_rate": 0.1}
     )
+    with pytest.raises(ValueError, match="aggregation column"):
+        FederatedTraining().federated_plan(
+            Plan(RbcsfEnv(), RbcsfEnv().default_params(num_clients=6), configs, 2, 0),
+            dataset,
+            partitions,
+            lambda policy, size: size,
+            rounds=ROUNDS,
+        )
+    configs = FederatedTraining(aggregation=("uniform", "data_size")).with_aggregation(configs)
+    assert list(configs["aggregation"]) == ["uniform", "data_size"] * 2
     env = RbcsfEnv()
     selection = Plan(env, env.default_params(num_clients=6), configs, 2, per_run_bytes=0)
     asked = []
@@ -122,18 +133,70 @@ def test_federated_plan_adds_learner_data_memory_and_accuracy_attributes():
     training = FederatedTraining(target_accuracy=0.5, eval_every=5)
     plan = training.federated_plan(selection, dataset, partitions, slots, rounds=ROUNDS)
     assert plan.per_run_bytes > 0 and plan.eval_every == 5
-    np.testing.assert_array_equal(plan.per_config["learning_rate"], [0.1, 0.3])
-    np.testing.assert_array_equal(plan.per_config["partition"], [0, 1])
+    np.testing.assert_array_equal(plan.per_config["learning_rate"], [0.1, 0.1, 0.3, 0.3])
+    np.testing.assert_array_equal(plan.per_config["partition"], [0, 0, 1, 1])
+    np.testing.assert_array_equal(plan.per_config["aggregation"], [1, 0, 1, 0])
     assert plan.data.x.shape[:2] == (2, 6)
     assert plan.metadata["model"] == {"name": "logistic", "parameters": 64 * 10 + 10}
     assert plan.metadata["data"]["train"] == 1437 and plan.metadata["data"]["test"] == 360
     assert plan.learner("random", 2).num_servers == 1
     assert ("random", 2) in asked
 
-    ds = xr.Dataset(coords={"config": [0, 1], "client": np.arange(6)})
+    ds = xr.Dataset(coords={"config": np.arange(4), "client": np.arange(6)})
     ds = plan.finish(ds)
     assert ds.attrs["target_accuracy"] == 0.5
     np.testing.assert_array_equal(ds["data_size"], np.stack([p.count for p in partitions]))
+
+
+# The aggregation each method's authors' code uses (``--aggregation paper``), written from the
+# sources that docs/decisions.md#aggregation-protocols quotes; "own" marks a method that returns
+# its own weights (a Selection), which every aggregation keeps.
+AUTHORS = {
+    "random": "data_size",  # McMahan et al.'s FedAvg, the seed papers' protocol
+    "rbcsf": "data_size",
+    "fedcs": "data_size",
+    "proportional": "own",  # Cho et al.'s rand: m draws with replacement, 1/m each
+    "clustered_size": "own",  # Fraboni et al.: 1/m per drawn client
+    "clustered_similarity": "own",
+    "pow_d": "uniform",  # Power-of-Choice's code: weight = 1/size
+    "cpow_d": "uniform",
+    "rpow_d": "uniform",
+    "afl": "data_size",
+    "oort": "uniform",  # Oort's harness: --is_even_avg, default True
+    "e3cs": "data_size",
+    "fedis": "own",  # d_i/π_i
+    "delta": "own",
+    "ocs": "own",
+    "fedcor": "uniform",  # FedCor's code: average_weights(..., omega=None)
+    "divfl": "data_size",  # DivFL's code: aggregate weighted by the number of samples
+    "cocs": "uniform",  # Qu et al. eq. 3
+    "oracle": "uniform",
+}
+
+
+def _aggregations(policies, asked):
+    configs = pd.DataFrame({"policy": list(policies), "learning_rate": 0.1})
+    table = FederatedTraining(aggregation=asked).with_aggregation(configs)
+    return list(zip(table["policy"], table["aggregation"], strict=True))
+
+
+def test_paper_aggregation_is_each_method_authors():
+    got = dict(_aggregations(AUTHORS, ("paper",)))
+    own = {p: ("policy_weights" if a == "own" else a) for p, a in AUTHORS.items()}
+    assert got == own
+
+
+def test_aggregation_list_crosses_plain_selections_and_keeps_own_weights_once():
+    """A policy with its own weights gets one row whatever is asked; the others one per
+    distinct resolved aggregation (pow-d's paper protocol is uniform: one row)."""
+    got = _aggregations(["random", "pow_d", "delta"], ("paper", "data_size", "uniform"))
+    assert got == [
+        ("random", "data_size"),
+        ("random", "uniform"),
+        ("pow_d", "uniform"),
+        ("pow_d", "data_size"),
+        ("delta", "policy_weights"),
+    ]
 
 
 # --------------------------------------------------------------------------- figures

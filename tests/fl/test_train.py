@@ -164,9 +164,11 @@ def _step(returned=BASIC, **options):
     return _jit_step(tuple(sorted({**DEFAULTS, **options}.items())), returned)
 
 
-def step(options, state, action, delivered=None, t=1, data=DATA, lr=LR, key=KEY, returned=BASIC):
+def step(
+    options, state, action, delivered=None, t=1, data=DATA, lr=LR, key=KEY, returned=BASIC, **more
+):
     delivered = np.ones(N, bool) if delivered is None else delivered
-    hparams = {"learning_rate": np.float32(lr)}
+    hparams = {"learning_rate": np.float32(lr), **more}
     return _step(returned, **options)(key, state, action, delivered, np.int32(t), data, hparams)
 
 
@@ -255,11 +257,21 @@ def test_single_client_full_batch_is_gradient_descent(options, data, client):
 # 2. The vmapped training equals local_sgd client by client, then a NumPy average
 
 
-@pytest.mark.parametrize("aggregation", ["data_size", "uniform"])
-def test_learner_equals_loop_over_local_sgd(aggregation):
+@pytest.mark.parametrize(
+    ("option", "traced", "aggregation"),
+    [
+        ("data_size", None, "data_size"),
+        ("uniform", None, "uniform"),
+        # The traced hyperparameter (a sweep's --aggregation) overrides the option.
+        ("data_size", 1, "uniform"),
+        ("data_size", 0, "data_size"),
+    ],
+)
+def test_learner_equals_loop_over_local_sgd(option, traced, aggregation):
     clients = [4, 0, 3, 2]  # any order: the average is a weighted mean
-    options = {**STD, "aggregation": aggregation}
-    state, metrics = step(options, as_state(PARAMS), select(*clients))
+    options = {**STD, "aggregation": option}
+    more = {} if traced is None else {"aggregation": np.int32(traced)}
+    state, metrics = step(options, as_state(PARAMS), select(*clients), **more)
     models = [local(STD, PARAMS, c) for c in clients]
     weights = [COUNTS[c] if aggregation == "data_size" else 1.0 for c in clients]
     assert_tree_close(edge(state), np_average(models, weights))
