@@ -49,6 +49,30 @@ def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -
                 spec.check(f"--{name.replace('_', '-')}", grid)
 
 
+def check_read(
+    policies: Sequence[str],
+    values: dict[str, Sequence[float]],
+    defaults: dict[str, Sequence[float]],
+    read_anyway: Sequence[str] = (),
+) -> None:
+    """ValueError naming the first swept hyperparameter set away from its default (``values``
+    against ``defaults``) that none of ``policies`` reads, and the policies that would; those
+    in ``read_anyway`` are read by the experiment itself (e.g. a queue rate)."""
+    from jfl.policies import REGISTRY, get
+
+    for name, grid in values.items():
+        if name in read_anyway or tuple(grid) == tuple(defaults.get(name, grid)):
+            continue
+        if any(name in get(policy).hparams for policy in policies):
+            continue
+        readers = sorted(p for p, spec in REGISTRY.items() if name in spec.hparams)
+        flag = f"--{name.replace('_', '-')}"
+        raise ValueError(
+            f"{flag} is read by {', '.join(readers) or 'no policy'}, and none of --policies "
+            f"({','.join(policies)}) is one of them: drop {flag} or add such a policy"
+        )
+
+
 def with_queue_rate(configs: pd.DataFrame, target: float) -> pd.DataFrame:
     """``configs`` with the column ``queue_rate`` that ``jfl.trackers.fairness_queue`` reads.
 

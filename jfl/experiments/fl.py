@@ -110,6 +110,8 @@ class FlRbcsf(RbcsfScenario):
         *ACCURACY_COLUMNS,
     )
 
+    read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
+
     def check(self) -> None:
         super().check()
         self.training.check(self.rounds)

@@ -18,6 +18,7 @@ from jfl.driver import Experiment, Plan
 from jfl.experiments.common import (
     check_hparams,
     check_policies,
+    check_read,
     figure_slice,
     list_defaults,
     plot_point,
@@ -39,7 +40,7 @@ class RbcsfScenario(Experiment):
     beta: Floats = (0.15,)
     """RBCS-F guaranteed rate β in [0, 1]"""
     alpha: Floats = (0.1,)
-    """RBCS-F exploration α ≥ 0"""
+    """RBCS-F's exploration α ≥ 0 (its UCB bonus; no data split)"""
     deadline: Floats = (3.0,)
     """FedCS deadline (s) > 0"""
     gamma2: Floats = (1.0,)
@@ -62,6 +63,12 @@ class RbcsfScenario(Experiment):
         checks.in_range("--p-available", self.p_available, 0.0, 1.0)
         check_policies(self.policies, self.environment, self.trains)
         check_hparams(self.policies, self.grid())
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        check_read(self.policies, self.grid(), defaults, self.read_anyway)
+
+    # Swept hyperparameters that the experiment reads whatever its policies (none here; the
+    # federated experiments measure every policy's fairness queue at β).
+    read_anyway: ClassVar[tuple[str, ...]] = ()
 
     def grid(self) -> dict[str, list[float]]:
         """The swept hyperparameters and their values (V, β, α, deadline, γ₂)."""

@@ -76,9 +76,13 @@ class FlSelection(RbcsfScenario):
     policies: Names = SELECTION_METHODS
     """registered policies (any that runs on rbcsf: see docs/methods.md)"""
     dirichlet: Concentrations = (0.1, 0.3, 1.0)
-    """Dirichlet α > 0 of the per-class split over clients, or 'iid' (a list)"""
+    """data split: the concentration α > 0 of the per-class Dirichlet split over clients, or
+    'iid' (a list; not RBCS-F's --alpha)"""
+    min_samples: int = 1
+    """training samples every client holds at least: the Dirichlet split is redrawn until it
+    does (0: as first drawn, clients may hold none)"""
     d: Floats = (0.0,)
-    """Power-of-Choice candidates d ≥ 0 (0: 2m)"""
+    """Power-of-Choice's candidates d: integers in [m, N], or 0 for 2m"""
     sigma: Floats = (0.5,)
     """E3CS fairness quota σ as a fraction of m/N, in [0, 1]"""
     V: Floats = (10.0,)
@@ -105,10 +109,19 @@ class FlSelection(RbcsfScenario):
         "final_test_loss",
     )
 
+    read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
+
     def check(self) -> None:
         super().check()
         self.training.check(self.rounds)
+        for flag, values in (("--d", self.d), ("--sigma", self.sigma), ("--V", self.V)):
+            checks.distinct(flag, values)
+        for d in self.d:
+            if d != 0:  # 0: the default 2m
+                d = int(d) if float(d).is_integer() else d
+                checks.integer("--d", d, self.m, self.clients, "--clients")
         checks.distinct("--dirichlet", self.dirichlet)
+        checks.integer("--min-samples", self.min_samples, 0)
         if not self.round_deadline > 0:
             raise ValueError(f"--round-deadline must be > 0 or inf, got {self.round_deadline}")
 
@@ -121,13 +134,15 @@ class FlSelection(RbcsfScenario):
         return env, params.replace(round_deadline=float(self.round_deadline))
 
     def partitions(self, labels):
-        """One partition per α (IID for ∞), all from ``--partition-seed``."""
+        """One partition per α (IID for ∞), all from ``--partition-seed``, every client with at
+        least ``--min-samples`` samples (docs/decisions.md#by-class-min-samples)."""
         partitions = []
         for alpha in self.dirichlet:
             if math.isinf(alpha):
                 name, options = "iid", {}
             else:
-                name, options = "dirichlet_by_class", {"concentration": alpha}
+                name = "dirichlet_by_class"
+                options = {"concentration": alpha, "min_samples": self.min_samples}
             partitions.append(self.training.partition(name, labels, self.clients, **options))
         return partitions
 

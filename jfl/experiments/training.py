@@ -77,6 +77,11 @@ class FederatedTraining:
     def check(self, rounds: int) -> None:
         """``ValueError`` naming the flag of the first bad training setting."""
         checks.choice("--dataset", self.dataset, DATASETS)
+        if self.data_dir is not None and self.dataset == "digits":
+            raise ValueError(
+                "--data-dir needs --dataset (mnist, fashion_mnist or cifar10): digits ships with "
+                "scikit-learn and reads no files"
+            )
         checks.choice("--model", self.model, sorted(MODELS))
         checks.choice("--padding", self.padding, PADDINGS)
         for aggregation in self.aggregation:

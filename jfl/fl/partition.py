@@ -287,8 +287,27 @@ def heterogeneous(
     return _gather(_split_classes(labels, classes, holders, num_clients, rng), rng)
 
 
+# The most draws of the whole split that ``dirichlet_by_class`` makes to meet ``min_samples``.
+MAX_REDRAWS = 1000
+
+
+def _check_min_samples(min_samples, num_clients: int, n: int) -> int:
+    if not _is_int(min_samples) or min_samples < 0:
+        raise ValueError(f"min_samples must be a non-negative integer, got {min_samples!r}")
+    if num_clients * min_samples > n:
+        raise ValueError(
+            f"min_samples = {min_samples} cannot be met: num_clients · min_samples = "
+            f"{num_clients} · {min_samples} = {num_clients * min_samples} > n = {n} samples"
+        )
+    return int(min_samples)
+
+
 def dirichlet_by_class(
-    labels, num_clients: int, concentration: float, rng: np.random.Generator
+    labels,
+    num_clients: int,
+    concentration: float,
+    rng: np.random.Generator,
+    min_samples: int = 0,
 ) -> Partition:
     """Label and quantity skew: each class split over the clients in Dirichlet proportions.
 
@@ -300,20 +319,55 @@ def dirichlet_by_class(
     (a client without data is a legitimate case everywhere in jfl). This is the "Dirichlet α"
     partition FL selection papers sweep at α ∈ {0.1, 0.3, 1}; ``dirichlet`` is RBCS-F's
     equal-size one.
+
+    ``min_samples = k >= 1`` redraws the whole split (every class's shuffle and proportions,
+    from ``rng``, continuing its stream) until every client holds at least ``k`` samples, as
+    NIID-Bench does (Li et al., ICDE 2022, ``partition_data``: "min_require_size = 10",
+    "while min_size < min_require_size:" around the draw of every class's proportions) and
+    Flower Datasets' ``DirichletPartitioner`` ("the sampling process is repeated if any
+    partition is too small"). The redraw conditions the split: the clients' sizes and class
+    mixes are those of the Dirichlet split conditioned on every client holding ``>= k``, not
+    the unconditioned one. At most ``MAX_REDRAWS`` draws are made, then a ``ValueError`` says
+    how close the best draw came; ``N · k > n`` is refused at once. ``k = 0`` (the default)
+    keeps the first draw: the same indices for the same ``rng`` as without the option.
     """
     labels = _check_labels(labels)
-    num_clients = _check_num_clients(num_clients, labels.size)
+    n = labels.size
+    num_clients = _check_num_clients(num_clients, n)
     if not (
         isinstance(concentration, int | float | np.integer | np.floating)
         and math.isfinite(concentration)
         and concentration > 0
     ):
         raise ValueError(f"concentration must be in (0, inf), got {concentration!r}")
+    min_samples = _check_min_samples(min_samples, num_clients, n)
+    classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    alpha = np.full(num_clients, float(concentration))
+    best = -1  # the largest smallest-client size over the draws so far
+    for _ in range(MAX_REDRAWS):
+        pools, edges = [], []
+        sizes = np.zeros(num_clients, np.int64)
+        for members in classes:
+            pool = rng.permutation(members)
+            share = rng.dirichlet(alpha)
+            cuts = np.round(np.cumsum(share)[:-1] * pool.size).astype(np.int64)
+            pools.append(pool)
+            edges.append(cuts)
+            sizes += np.diff(cuts, prepend=0, append=pool.size)
+        smallest = int(np.min(sizes))
+        if smallest >= min_samples:
+            break
+        best = max(best, smallest)
+    else:
+        raise ValueError(
+            f"dirichlet_by_class: no split with every client holding >= min_samples = "
+            f"{min_samples} samples in MAX_REDRAWS = {MAX_REDRAWS} draws (concentration = "
+            f"{concentration}, num_clients = {num_clients}, n = {n} samples); the best draw's "
+            f"smallest client held {best}: lower min_samples or num_clients, or raise "
+            f"concentration"
+        )
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-    for c in np.unique(labels):
-        pool = rng.permutation(np.flatnonzero(labels == c))
-        share = rng.dirichlet(np.full(num_clients, float(concentration)))
-        cuts = np.round(np.cumsum(share)[:-1] * pool.size).astype(np.int64)
+    for pool, cuts in zip(pools, edges, strict=True):
         for client, piece in enumerate(np.split(pool, cuts)):
             parts[client].append(piece)
     return _gather(parts, rng)

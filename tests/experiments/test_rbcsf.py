@@ -323,8 +323,9 @@ def test_other_settings_into_the_same_out_are_refused_unless_overwrite(grid_run,
     assert (out / "manifest.json").read_text() == manifest
     assert (out / "results.nc").read_bytes() == (grid_run["out"] / "results.nc").read_bytes()
 
-    # --overwrite replaces it (one cheap policy, to compile little).
-    argv += ["--keep-chunks"]
+    # --overwrite replaces it (one cheap policy, to compile little; RBCS-F's flags would be
+    # refused without RBCS-F, so they go back to their defaults).
+    argv += ["--keep-chunks", "--V", "1,10,20,50", "--beta", "0.15"]
     assert cli.main(VBetaGrid, [*argv, "--policies", "random", "--overwrite"], prog=PROG) == 0
     capsys.readouterr()
     assert list(pd.read_csv(out / "summary.csv")["policy"]) == ["random"]

@@ -73,6 +73,20 @@ def test_default_methods_are_registered_and_run_on_rbcsf():
         (["--policies", "e3cs", "--sigma", "2"], "--sigma must be in [0, 1]"),
         (["--policies", "cs_ucb"], "--policies: policy 'cs_ucb' reads"),
         (["--m", "13"], "--m must be an integer in [1, --clients=12], got 13"),
+        # Power-of-Choice's d: integers in [m, N] (0 is the default 2m).
+        (["--policies", "pow_d", "--d", "2"], "--d must be an integer in [3, --clients=12], got 2"),
+        (["--policies", "pow_d", "--d", "4.5"], "--d must be an integer in [3, --clients=12]"),
+        (["--policies", "pow_d", "--d", "500"], "--d must be an integer in [3, --clients=12]"),
+        (["--policies", "pow_d", "--d", "4,4"], "--d: duplicate values"),
+        # A flag that no selected policy reads is refused, naming the policies that read it.
+        (["--policies", "random", "--d", "6"], "--d is read by cpow_d, pow_d, rpow_d, and none"),
+        (["--policies", "random", "--alpha", "0"], "--alpha is read by linucb, linucb_pairs, rbcsf"),
+        (["--policies", "random", "--sigma", "0.2"], "--sigma is read by e3cs"),
+        (["--policies", "random", "--V", "1"], "--V is read by rbcsf"),
+        (["--data-dir", "X"], "--data-dir needs --dataset"),
+        (["--min-samples", "-1"], "--min-samples must be an integer >= 0, got -1"),
+        (["--min-samples", "200"], "min_samples = 200 cannot be met"),  # 12 · 200 > 1437
+        (["--aggregation", "mean"], "--aggregation must be one of"),
     ],
 )
 def test_bad_flags_exit_2_before_compiling(argv, message, capsys, tmp_path):

@@ -14,11 +14,13 @@ import math
 import numpy as np
 import pytest
 
+from jfl.fl import partition as partition_module
 from jfl.fl.partition import (
     PARTITIONS,
     ClientData,
     Partition,
     dirichlet,
+    dirichlet_by_class,
     heterogeneous,
     iid,
     make_partition,
@@ -327,6 +329,171 @@ def test_dirichlet_by_class_deals_each_class_by_its_proportions(concentration):
         assert p.count.max() > 2 * labels.size / num_clients and min(classes) <= 3
     if concentration == 100.0:
         assert p.count.min() > 0.5 * labels.size / num_clients and min(classes) == 10
+
+
+def by_class_min_numpy(labels, num_clients, concentration, min_samples, rng, max_draws):
+    """The split with every client holding >= min_samples, plainly: draw the whole split as
+    Yurochkin et al. define it (per class, shuffle, Dir(α) proportions, runs of
+    round(n_c · cumulative share)) and draw it again while a client holds fewer than
+    min_samples, at most max_draws times (None when none qualifies); then each client's samples,
+    concatenated in class order, shuffled. The same generator calls, in the same order."""
+    for _ in range(max_draws):
+        pieces = [[] for _ in range(num_clients)]
+        for c in np.unique(labels):
+            pool = rng.permutation(np.flatnonzero(labels == c))
+            share = rng.dirichlet(np.full(num_clients, float(concentration)))
+            edges = [0, *np.round(np.cumsum(share)[:-1] * pool.size).astype(int), pool.size]
+            for client in range(num_clients):
+                pieces[client].append(pool[edges[client] : edges[client + 1]])
+        if min(sum(len(p) for p in own) for own in pieces) >= min_samples:
+            return [rng.permutation(np.concatenate(own)) for own in pieces]
+    return None
+
+
+def random_instance(rng):
+    """Random labels (1 to 6 classes with gaps in their values, uneven sizes), a client count,
+    a concentration and a min_samples that is feasible (N · k <= n)."""
+    n = int(rng.integers(10, 120))
+    values = np.sort(rng.choice(9, size=int(rng.integers(1, 7)), replace=False))
+    labels = values[rng.integers(0, values.size, n)]
+    num_clients = int(rng.integers(1, min(12, n + 1)))
+    concentration = float(rng.choice([0.2, 1.0, 10.0]))
+    min_samples = int(rng.integers(0, n // num_clients // 2 + 2))
+    return labels, num_clients, concentration, min(min_samples, n // num_clients)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dirichlet_by_class_min_samples_is_the_plain_redraw_loop(seed, monkeypatch):
+    """Index for index (each client's order included) the reference's split, or a ValueError
+    where the reference finds no qualifying draw within MAX_REDRAWS (made 200 here, to keep the
+    instances that reach it fast)."""
+    monkeypatch.setattr(partition_module, "MAX_REDRAWS", 200)
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(12):
+        labels, num_clients, concentration, k = random_instance(rng)
+        draw_seed = int(rng.integers(2**31))
+        expected = by_class_min_numpy(
+            labels,
+            num_clients,
+            concentration,
+            k,
+            np.random.default_rng(draw_seed),
+            partition_module.MAX_REDRAWS,
+        )
+        args = (labels, num_clients, concentration, np.random.default_rng(draw_seed))
+        if expected is None:
+            with pytest.raises(ValueError, match="min_samples"):
+                dirichlet_by_class(*args, min_samples=k)
+            continue
+        p = dirichlet_by_class(*args, min_samples=k)
+        assert_valid(p, labels.size, num_clients)
+        for got, want in zip(client_indices(p), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dirichlet_by_class_min_samples_gives_every_client_k(seed):
+    rng = np.random.default_rng(200 + seed)
+    for _ in range(15):
+        labels, num_clients, concentration, k = random_instance(rng)
+        k = max(k, 1)
+        p = make_partition(
+            "dirichlet_by_class",
+            labels,
+            num_clients,
+            int(rng.integers(1000)),
+            concentration=concentration,
+            min_samples=k,
+        )
+        assert_valid(p, labels.size, num_clients)  # each sample at most once
+        assert p.count.min() >= k
+        assert p.count.sum() == labels.size  # every sample used, as without the option
+
+
+def test_dirichlet_by_class_digits_sized_data_has_no_empty_client():
+    """The case that motivated the option: 1,437 labels over 100 clients at α = 0.1 leave
+    clients without data; min_samples = 1 redraws until none is left out."""
+    labels = balanced_labels(144, 10, seed=7)[:1437]
+    plain = make_partition("dirichlet_by_class", labels, 100, 0, concentration=0.1)
+    assert plain.count.min() == 0
+    p = make_partition("dirichlet_by_class", labels, 100, 0, concentration=0.1, min_samples=1)
+    assert_valid(p, labels.size, 100)
+    assert p.count.min() >= 1 and p.count.sum() == labels.size
+
+
+def test_dirichlet_by_class_min_samples_zero_is_the_plain_split():
+    labels = np.random.default_rng(1).permutation(np.repeat(np.arange(4), 6))
+    # Pinned before the option existed (dirichlet_by_class(labels, 5, 0.5, default_rng(3))).
+    pinned = [[13, 17, 6, 20, 19], [15, 1, 10, 2, 22], [5, 4], [7, 8, 23], [21, 16, 11, 0, 18]]
+    pinned[4] += [14, 12, 3, 9]
+    for p in (
+        dirichlet_by_class(labels, 5, 0.5, np.random.default_rng(3)),
+        dirichlet_by_class(labels, 5, 0.5, np.random.default_rng(3), min_samples=0),
+        make_partition("dirichlet_by_class", labels, 5, 3, concentration=0.5, min_samples=0),
+    ):
+        assert [idx.tolist() for idx in client_indices(p)] == pinned
+    rng = np.random.default_rng(300)
+    for _ in range(10):
+        labels, num_clients, concentration, _k = random_instance(rng)
+        a = dirichlet_by_class(labels, num_clients, concentration, np.random.default_rng(5))
+        b = dirichlet_by_class(
+            labels, num_clients, concentration, np.random.default_rng(5), min_samples=0
+        )
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.count, b.count)
+
+
+def test_dirichlet_by_class_min_samples_met_by_the_first_draw_changes_nothing():
+    labels = balanced_labels(40, 10, seed=4)
+    a = dirichlet_by_class(labels, 12, 100.0, np.random.default_rng(9))
+    assert a.count.min() >= 5  # the first draw qualifies: it is kept
+    b = dirichlet_by_class(labels, 12, 100.0, np.random.default_rng(9), min_samples=5)
+    np.testing.assert_array_equal(a.indices, b.indices)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.0, 2.5, True, "2", None])
+def test_dirichlet_by_class_refuses_a_min_samples_that_is_not_a_count(bad):
+    with pytest.raises(ValueError, match=r"^min_samples must be a non-negative integer"):
+        dirichlet_by_class(LABELS, 3, 1.0, np.random.default_rng(0), min_samples=bad)
+
+
+def test_dirichlet_by_class_refuses_an_infeasible_min_samples_at_once():
+    # n = 30, N = 7: 7 · 4 = 28 <= 30 may be met, 7 · 5 = 35 > 30 never.
+    with pytest.raises(ValueError, match=r"min_samples = 5 cannot be met: .* = 35 > n = 30"):
+        dirichlet_by_class(LABELS, 7, 1.0, np.random.default_rng(0), min_samples=5)
+    with pytest.raises(ValueError, match="cannot be met"):
+        make_partition("dirichlet_by_class", LABELS, 30, 0, concentration=1.0, min_samples=2)
+
+
+def test_dirichlet_by_class_stops_at_the_cap(monkeypatch):
+    """Every client exactly 3 of 30 samples is a negligible event at α = 0.1: past the cap, one
+    ValueError with the settings and the best draw's smallest client."""
+    assert partition_module.MAX_REDRAWS == 1000  # the documented cap
+    monkeypatch.setattr(partition_module, "MAX_REDRAWS", 100)
+    with pytest.raises(ValueError) as caught:
+        dirichlet_by_class(LABELS, 10, 0.1, np.random.default_rng(0), min_samples=3)
+    message = str(caught.value)
+    assert "\n" not in message
+    for part in (
+        "min_samples = 3",
+        "MAX_REDRAWS = 100 draws",
+        "concentration = 0.1",
+        "num_clients = 10",
+        "n = 30 samples",
+        "the best draw's smallest client held",
+        "lower min_samples",
+    ):
+        assert part in message, (part, message)
+    best = int(message.split("smallest client held ")[1].split(":")[0])
+    assert 0 <= best < 3
+    # A small cap is reached by an instance that a larger one would meet.
+    labels = balanced_labels(144, 10, seed=7)[:1437]
+    monkeypatch.setattr(partition_module, "MAX_REDRAWS", 2)
+    with pytest.raises(ValueError, match=r"MAX_REDRAWS = 2 draws .* held 0: lower"):
+        dirichlet_by_class(labels, 100, 0.1, np.random.default_rng(0), min_samples=1)
+    monkeypatch.setattr(partition_module, "MAX_REDRAWS", 1000)
+    p = dirichlet_by_class(labels, 100, 0.1, np.random.default_rng(0), min_samples=1)
+    assert p.count.min() >= 1
 
 
 # --- determinism -------------------------------------------------------------------------------
