@@ -80,7 +80,7 @@ def test_default_methods_are_registered_and_run_on_rbcsf():
         (["--policies", "pow_d", "--d", "4,4"], "--d: duplicate values"),
         # A flag that no selected policy reads is refused, naming the policies that read it.
         (["--policies", "random", "--d", "6"], "--d is read by cpow_d, pow_d, rpow_d, and none"),
-        (["--policies", "random", "--alpha", "0"], "--alpha is read by linucb, linucb_pairs, rbcsf"),
+        (["--policies", "random", "--alpha", "0"], "--alpha is read by linucb, linucb_pairs"),
         (["--policies", "random", "--sigma", "0.2"], "--sigma is read by e3cs"),
         (["--policies", "random", "--V", "1"], "--V is read by rbcsf"),
         (["--data-dir", "X"], "--data-dir needs --dataset"),
