@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
@@ -83,6 +83,8 @@ class FlSelection(RbcsfScenario):
     does (0: as first drawn, clients may hold none)"""
     d: Floats = (0.0,)
     """Power-of-Choice's candidates d: integers in [m, N], or 0 for 2m"""
+    delta_zeta: Literal["gradient", "update"] = "gradient"
+    """the scale of DELTA's diversity ζ: gradient (as its σ: each update over η·K) or update"""
     sigma: Floats = (0.5,)
     """E3CS fairness quota σ as a fraction of m/N, in [0, 1]"""
     V: Floats = (10.0,)
@@ -126,8 +128,13 @@ class FlSelection(RbcsfScenario):
             raise ValueError(f"--round-deadline must be > 0 or inf, got {self.round_deadline}")
 
     def grid(self) -> dict[str, list[float]]:
-        """RBCS-F's grid plus Power-of-Choice's d and E3CS's σ."""
-        return {**super().grid(), "d": list(self.d), "sigma": list(self.sigma)}
+        """RBCS-F's grid plus Power-of-Choice's d, E3CS's σ and DELTA's scale of ζ."""
+        return {
+            **super().grid(),
+            "d": list(self.d),
+            "sigma": list(self.sigma),
+            "gradient_scale": [float(self.delta_zeta == "gradient")],
+        }
 
     def environment_params(self):
         env, params = super().environment_params()

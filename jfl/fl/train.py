@@ -77,6 +77,7 @@ class LocalResult(NamedTuple):
     params: Any  # pytree: the client's model after local SGD
     train_loss: jax.Array  # f[]  mean minibatch loss over the steps that moved the model
     grad_var: jax.Array  # f[]  mean_b ‖g_b‖² − ‖mean_b g_b‖² over those steps' gradients
+    steps: jax.Array  # f[]  the steps that moved the model (K_i)
 
 
 class Learner(NamedTuple):
@@ -227,7 +228,7 @@ def _local_result(carry, losses, moved, grad_sq) -> LocalResult:
     mean_sq = pairwise_sum(jnp.where(moved, grad_sq, 0.0)) / count
     # Rounding can take the difference of two close values below 0.
     variance = jnp.maximum(mean_sq - _squared_norm(grad_sum) / count**2, 0.0)
-    return LocalResult(params, loss, variance)
+    return LocalResult(params, loss, variance, jnp.sum(moved).astype(jnp.float32))
 
 
 def minibatch_loss(apply_fn, params, data: FederatedData, key, batch_size: int, partition=0):
@@ -475,7 +476,9 @@ def make_learner(
         ``aggregation`` average. Metrics: ``num_delivered``, ``untrained``, and the round
         signals (0 for clients not trained this round): ``train_loss`` and ``grad_var`` f[N]
         (``local_training``'s), ``update_norm`` f[N] and ``update_sketch`` f[N, sketch_dim] of
-        θ_k − w (XLA drops what the run does not read).
+        θ_k − w, and ``update_scale`` f[N], η·K_k (the learning rate times the steps that moved
+        the model: plain SGD's θ_k − w is −η·K_k times the mean of its minibatch gradients),
+        which takes an update to the gradient scale (XLA drops what the run does not read).
         """
         selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
         server = jnp.zeros(num_clients, jnp.int32) if action.ndim == 1 else jnp.argmax(action, -1)
@@ -515,6 +518,7 @@ def make_learner(
             "untrained": jnp.maximum(num_selected - slots, 0),
             "train_loss": per_client(local.train_loss),
             "grad_var": per_client(local.grad_var),
+            "update_scale": per_client(hparams["learning_rate"] * local.steps),
             "update_norm": per_client(pairwise_norm(updates)),
         }
         if state.sketch_key is not None:  # a state built by hand may have no projection

@@ -10,9 +10,12 @@ model by Σ_{i∈S} (d_i/π_i)·U_i (``jfl.policies.Selection``), unbiased whate
 choose π to make its variance small.
 
 * ``fedis``: π ∝ d_i‖U_i‖ (the variance-optimal π when only the update norms matter).
-* ``delta``: π ∝ d_i·sqrt(α₁ζ_i² + α₂σ_i²), ζ_i = ‖U_i − Ū‖ the distance of i's update to the
-  participants' mean (the diversity term) and σ_i² the variance of its local minibatch
-  gradients (the learner's ``grad_var``).
+* ``delta``: π ∝ d_i·sqrt(α₁ζ_i² + α₂σ_i²), ζ_i = ‖ĝ_i − ḡ‖ the distance of i's mean local
+  gradient ĝ_i = U_i/(η·K_i) (its update over the learning rate times its local steps, the
+  learner's ``update_scale``) to the participants' mean (the diversity term), and σ_i² the
+  variance of its local minibatch gradients (the learner's ``grad_var``): both on the gradient
+  scale, as the paper's ζ_G and σ_L; ``gradient_scale = 0`` measures ζ on the updates instead
+  (docs/decisions.md#delta-score).
   Both learn the score from the participants only ("practical" DELTA / FedIS): a sampling
   distribution P (1/N each at the start) whose participants' entries are replaced, after each
   round, by their new scores rescaled to the participants' old total mass; the others keep
@@ -76,12 +79,16 @@ def inclusion_of(weight, available, selection_size: int) -> jax.Array:
 
 
 def delta_score(obs, action, hparams, diversity: bool) -> jax.Array:
-    """f[N]: each participant's score d_i·sqrt(α₁ζ_i² + α₂σ_i²) (DELTA) or d_i‖U_i‖ (FedIS),
-    with d over the participants (the authors' ``L / sum_L``; its scale cancels)."""
+    """f[N]: each participant's score d_i·sqrt(α₁ζ_i² + α₂σ_i²) (DELTA; ζ of the update
+    sketches divided by ``update_scale`` η·K_i unless ``gradient_scale`` is 0) or d_i‖U_i‖
+    (FedIS), with d over the participants (the authors' ``L / sum_L``; its scale cancels)."""
     share = data_share(obs.data_size, action)
     if not diversity:
         return share * obs.update_norm
-    rows = jnp.where(action[:, None], obs.update_sketch, 0.0)
+    # A participant that took no step (no data) has a zero update: it stays 0 on either scale.
+    scale = jnp.where(obs.update_scale > 0, obs.update_scale, 1.0)
+    scale = jnp.where(hparams["gradient_scale"] > 0.5, scale, 1.0)
+    rows = jnp.where(action[:, None], obs.update_sketch / scale[:, None], 0.0)
     count = jnp.maximum(jnp.sum(action), 1).astype(rows.dtype)
     mean = pairwise_sum(rows, axis=0) / count
     zeta_sq = pairwise_sum((rows - mean) ** 2, axis=1)
@@ -117,7 +124,7 @@ def _importance(num_clients: int, selection_size: int, diversity: bool) -> Polic
 
     signals = ("data_size", "update_norm")
     if diversity:
-        signals = ("data_size", "update_sketch", "grad_var")
+        signals = ("data_size", "update_sketch", "grad_var", "update_scale")
     return Policy(init, select, update, signals)
 
 
@@ -159,9 +166,12 @@ register(
         {
             "alpha1": HParam(1.0, 0.0, help=_WEIGHT.format("the diversity ζ²")),
             "alpha2": HParam(1.0, 0.0, help=_WEIGHT.format("the local variance σ²")),
+            "gradient_scale": HParam(
+                1.0, 0.0, 1.0, help="1: ζ on the gradient scale, as σ (update / η·K); 0: updates"
+            ),
         },
         "DELTA: unbiased sampling ∝ d·sqrt(α₁ζ² + α₂σ²) learnt from the participants",
-        requires=("available", "data_size", "update_sketch", "grad_var"),
+        requires=("available", "data_size", "update_sketch", "grad_var", "update_scale"),
         aggregation="policy_weights",
     )
 )

@@ -57,10 +57,11 @@ LEARNER_SIGNALS = (
     "update_sketch",
     "update_norm",
     "grad_var",
+    "update_scale",
 )
 # Of those, the signals of the round just trained (participants' values, 0 elsewhere):
 # ``update`` sees them after the round, ``select`` never does.
-ROUND_SIGNALS = ("train_loss", "update_sketch", "update_norm", "grad_var")
+ROUND_SIGNALS = ("train_loss", "update_sketch", "update_norm", "grad_var", "update_scale")
 
 
 def check_sketch(sketch, sketch_dim: int, name: str) -> None:

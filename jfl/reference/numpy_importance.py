@@ -61,16 +61,21 @@ def importance_select_numpy(prob, available, size, m, order, u):
 
 
 def importance_update_numpy(prob, selected, size, sketch, norm, grad_var, alpha1, alpha2,
-                            diversity: bool):  # fmt: skip
-    """``reweight_prac``: the participants' scores rescaled to their old total mass."""
+                            diversity: bool, scale=None):  # fmt: skip
+    """``reweight_prac``: the participants' scores rescaled to their old total mass; DELTA's ζ
+    on each participant's sketch divided by ``scale[i]`` (η·K_i; None or 0: undivided)."""
     members = [i for i in range(len(prob)) if selected[i]]
     share = shares_numpy(size, selected)
+    gradient = {}
+    for i in members:
+        factor = 1.0 if scale is None or scale[i] <= 0 else float(scale[i])
+        gradient[i] = np.asarray(sketch[i], np.float64) / factor
     if diversity and members:
-        mean = np.mean([np.asarray(sketch[i], np.float64) for i in members], axis=0)
+        mean = np.mean([gradient[i] for i in members], axis=0)
     scores = {}
     for i in members:
         if diversity:
-            zeta_sq = float(np.sum((np.asarray(sketch[i], np.float64) - mean) ** 2))
+            zeta_sq = float(np.sum((gradient[i] - mean) ** 2))
             scores[i] = share[i] * np.sqrt(alpha1 * zeta_sq + alpha2 * float(grad_var[i]))
         else:
             scores[i] = share[i] * float(norm[i])

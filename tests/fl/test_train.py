@@ -14,6 +14,7 @@ module level (``_step``, ``_local``) and shared by the tests.
 from __future__ import annotations
 
 import functools
+import math
 
 import flax.linen as nn
 import jax
@@ -146,7 +147,7 @@ def _learner(**options):
 # The metrics a step program returns: the sketches and norms only where a test reads them, as
 # the runner does (XLA drops what is not returned, and compiles faster).
 BASIC = ("num_delivered", "untrained", "train_loss")
-ROUND = (*BASIC, "grad_var", "update_norm", "update_sketch")
+ROUND = (*BASIC, "grad_var", "update_norm", "update_sketch", "update_scale")
 
 
 @functools.cache
@@ -1092,7 +1093,19 @@ def test_round_signals_update_norm_sketch_and_gradient_variance_match_numpy(seed
         np.testing.assert_allclose(np.asarray(metrics["update_sketch"][c]), update @ r,
                                    rtol=1e-4, atol=1e-5)  # fmt: skip
         np.testing.assert_allclose(float(metrics["grad_var"][c]), variance, rtol=1e-4, atol=1e-6)
+        # η·K: every step moves a client that holds data.
+        scale = lr * steps if c in clients and n > 0 else 0.0
+        np.testing.assert_allclose(float(metrics["update_scale"][c]), scale, rtol=1e-6)
     assert float(np.max(metrics["grad_var"])) > 0  # minibatches differ: a real variance
+
+
+def test_update_scale_counts_the_epochs_batches_that_hold_data():
+    """By epochs, K_k = E·⌈n_k/B⌉ (the batches of padding only do not move the model)."""
+    clients = (0, 1, 2, 3, 4)
+    _, metrics = step(STD, as_state(PARAMS), select(*clients), returned=ROUND)
+    batches = [math.ceil(n / STD["batch_size"]) for n in COUNTS]
+    want = [LR * STD["epochs"] * b for b in batches]
+    np.testing.assert_allclose(np.asarray(metrics["update_scale"]), want, rtol=1e-6)
 
 
 def test_signals_grad_sketch_and_local_update_norm_match_numpy():

@@ -49,8 +49,13 @@ def instances(seed: int):
     norm[50:60] = 0.0  # no update moved
     norm[60:70, 0] = 1e4  # one update dwarfs the others: capped at π = 1
     grad_var = rng.uniform(0, 2, size=(INSTANCES, N)).astype(np.float32)
-    alpha = rng.uniform(0, 2, size=(INSTANCES, 2)).astype(np.float32)
+    # α₁, α₂, then DELTA's gradient_scale (1: ζ of the sketches over η·K_i, 0: of the updates).
+    alpha = rng.uniform(0, 2, size=(INSTANCES, 3)).astype(np.float32)
     alpha[::7, 0] = 0.0
+    alpha[:, 2] = np.arange(INSTANCES) % 3 != 0
+    # η·K_i: a learning rate times the steps; 0 for a client that took none (no data).
+    scale = (0.3 * rng.integers(0, 12, size=(INSTANCES, N))).astype(np.float32)
+    sketch = np.concatenate([sketch, scale[..., None]], axis=-1)  # carried with the sketches
     return available, size, prob, sketch, norm, grad_var, alpha
 
 
@@ -60,7 +65,8 @@ def rounds():
     policies = {"delta": delta(N, M), "fedis": fedis(N, M), "ocs": ocs(N, M)}
 
     def one(key, available, size, prob, sketch, norm, grad_var, alpha):
-        hparams = {"alpha1": alpha[0], "alpha2": alpha[1]}
+        hparams = {"alpha1": alpha[0], "alpha2": alpha[1], "gradient_scale": alpha[2]}
+        sketch, scale = sketch[:, :-1], sketch[:, -1]
         before = {"data_size": size, "local_update_norm": norm}
         obs = LearnerObservation(Observation(available), before)
         state = ImportanceState(prob)
@@ -69,7 +75,7 @@ def rounds():
             policy = policies[name]
             chosen = policy.select(key, state, obs, hparams)
             after = {"data_size": size, "update_sketch": sketch, "update_norm": norm,
-                     "grad_var": grad_var}  # fmt: skip
+                     "grad_var": grad_var, "update_scale": scale}  # fmt: skip
             seen = LearnerObservation(Observation(available), after)
             new = policy.update(state, seen, chosen.clients, None, hparams)
             out[name] = (chosen.clients, chosen.weight, new.prob)
@@ -98,8 +104,10 @@ def test_one_round_matches_numpy(rounds, seed):
                                                 point[i])  # fmt: skip
             np.testing.assert_array_equal(clients[i], sel, f"{name} instance {i}")
             np.testing.assert_allclose(weight[i], w, rtol=1e-5, err_msg=f"{name} {i}")
-            want = importance_update_numpy(prob[i], sel, size[i], sketch[i], norm[i],
-                                           grad_var[i], *alpha[i], name == "delta")  # fmt: skip
+            scale = sketch[i, :, -1] if alpha[i, 2] else None
+            want = importance_update_numpy(prob[i], sel, size[i], sketch[i, :, :-1], norm[i],
+                                           grad_var[i], *alpha[i, :2], name == "delta",
+                                           scale)  # fmt: skip
             np.testing.assert_allclose(new[i], want, rtol=2e-5, atol=1e-7, err_msg=f"{name} {i}")
         _, sel, w = ocs_numpy(available[i], size[i], norm[i], M, uniforms[i])
         np.testing.assert_array_equal(out["ocs"][0][i], sel, f"ocs instance {i}")
@@ -151,10 +159,12 @@ def test_a_trajectory_matches_numpy(rounds):
     the one-round program (every row of its batch the trajectory's instance)."""
     rng = np.random.default_rng(12)
     steps = 20
-    alpha = np.array([1.0, 0.5], np.float32)
+    alpha = np.array([1.0, 0.5, 1.0], np.float32)  # ζ on the gradient scale
     available = rng.uniform(size=(steps, N)) < 0.8
     size = rng.integers(1, 50, N).astype(np.float32)
     sketch = rng.normal(size=(steps, N, DIM)).astype(np.float32)
+    scale = (0.1 * rng.integers(1, 20, size=(steps, N, 1))).astype(np.float32)
+    sketch = np.concatenate([sketch, scale], axis=-1)
     grad_var = rng.uniform(0, 1, size=(steps, N)).astype(np.float32)
     keys = jax.random.split(jax.random.key(13), steps)
     norm = np.zeros(N, np.float32)
@@ -168,8 +178,8 @@ def test_a_trajectory_matches_numpy(rounds):
         chosen, _, new = (v[0] for v in out["delta"])
         _, sel, _ = importance_select_numpy(want, available[t], size, M, order[0], point[0])
         np.testing.assert_array_equal(chosen, sel, f"round {t}")
-        want = importance_update_numpy(want, sel, size, sketch[t], None, grad_var[t], 1.0, 0.5,
-                                       True)  # fmt: skip
+        want = importance_update_numpy(want, sel, size, sketch[t, :, :-1], None, grad_var[t],
+                                       1.0, 0.5, True, scale[t, :, 0])  # fmt: skip
         np.testing.assert_allclose(new, want, rtol=1e-4, err_msg=f"round {t}")
         prob = new
     assert np.abs(want - 1.0 / N).max() > 1e-3  # the distribution learnt something
@@ -184,7 +194,7 @@ def test_registry_entries_and_refusals(name):
         make_run(RbcsfEnv(), RbcsfEnv().default_params(num_clients=N), spec.build(N, M), 5)
     assert spec.max_selected(N, M) == (N if name == "ocs" else M)
     if name == "delta":
-        assert spec.defaults() == {"alpha1": 1.0, "alpha2": 1.0}
+        assert spec.defaults() == {"alpha1": 1.0, "alpha2": 1.0, "gradient_scale": 1.0}
         with pytest.raises(ValueError, match="alpha2"):
             spec.validate({"alpha2": -0.5})
     with pytest.raises(ValueError, match="selection_size"):
