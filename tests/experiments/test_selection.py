@@ -91,3 +91,22 @@ def test_default_methods_are_registered_and_run_on_rbcsf():
 )
 def test_bad_flags_exit_2_before_compiling(argv, message, capsys, tmp_path):
     assert message in cli_fails(FlSelection, [*TINY, *argv], capsys, tmp_path, "fl_selection")
+
+
+@pytest.mark.paper
+def test_every_method_is_independent_of_the_rest_of_the_sweep(tmp_path):
+    """Every default method's α = 0.1 runs are bit-identical alone and beside α = 1 and 0.3
+    (listed first: their data stacked before, padded to another width), each under both
+    aggregations (CI's second stage: every method compiles twice)."""
+    small = [
+        *("--seeds", "2", "--rounds", "6", "--eval-every", "3", "--quiet", "--no-plots"),
+        *("--clients", "20", "--m", "4", "--aggregation", "paper,uniform"),
+    ]
+    outs = {"alone": ["--dirichlet", "0.1"], "beside": ["--dirichlet", "1,0.3,0.1"]}
+    for name, argv in outs.items():
+        out = tmp_path / name
+        assert cli.main(FlSelection, [*small, *argv, "--out", str(out)], prog="fl_selection") == 0
+    alone, beside = (load_dataset(tmp_path / name / "results.nc") for name in outs)
+    assert set(alone["policy"].to_numpy()) == set(SELECTION_METHODS)
+    keys = ("policy", "aggregation", "dirichlet", "learning_rate")
+    assert_same_configurations(alone, beside, keys)
