@@ -560,6 +560,17 @@ def ideal_run(tmp_path_factory):
     }
 
 
+def test_fl_cs_ucb_ideal_results_do_not_depend_on_the_rest_of_the_sweep(ideal_run, tmp_path):
+    """The ideal scenario's runs, per-round selections included, are bit-identical in a sweep
+    with a second learning rate listed first (the same programs, from the compilation cache)."""
+    argv = [*TINY[FlCsUcbIdeal], "--policies", "local_accuracy,cs_ucb", "--trajectories"]
+    out = tmp_path / "recomposed"
+    argv += ["--lr", "0.01,0.001", "--no-plots", "--out", str(out)]
+    driver.run(cli.parse(FlCsUcbIdeal, argv))
+    keys = ("policy", "aggregation", "learning_rate")
+    assert_same_configurations(ideal_run["ds"], load_dataset(out / "results.nc"), keys)
+
+
 def test_fl_cs_ucb_ideal_runs_end_to_end(ideal_run):
     ds, summary, metadata = ideal_run["ds"], ideal_run["summary"], ideal_run["metadata"]
     assert set(FlCsUcbIdeal.summary_columns) <= set(summary.columns)
