@@ -2,8 +2,9 @@
 rand, clustered sampling (by size and by similarity), AFL, Oort, E3CS, FedIS, DELTA, optimal
 client sampling, FedCor, DivFL, RBCS-F, FedCS and Random.
 
-    python sweeps/fl_selection.py                                   # digits, 1.5 minutes
-    python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
+    python sweeps/fl_selection.py                                   # digits, 2 minutes
+    python sweeps/fl_selection.py --policies fedcor,random --aggregation uniform --seeds 16
+    python sweeps/fl_selection.py --policies pow_d,proportional --d 20,40,60
     python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR --model fashion_cnn
 
 Flags: ``--help`` (the fields of ``jfl.experiments.FlSelection``).

@@ -59,16 +59,19 @@ class FlSelection(RbcsfScenario):
 
     N = 100 clients of the ``rbcsf`` latency environment (four speed classes, 80% available a
     round), m = 10 a round; each class of the training set dealt to the clients in Dir(α)
-    proportions (``--dirichlet``, ``iid`` for an IID split; Yurochkin et al. 2019), so clients
-    differ in size and labels, and the size-aware methods (pow-d's candidates, rand, clustered
-    sampling) have shares to work with. Each method runs with its paper's defaults; ``--d`` and
+    proportions (``--dirichlet``, ``iid`` for an IID split; Yurochkin et al. 2019; redrawn until
+    every client holds ``--min-samples``), so clients differ in size and labels, and the
+    size-aware methods (pow-d's candidates, rand, clustered sampling) have shares to work with.
+    Each method runs with its paper's defaults and its authors' aggregation (``--aggregation
+    paper``; ``data_size`` and ``uniform`` cross the plain selections with others); ``--d`` and
     ``--sigma`` sweep Power-of-Choice's candidates and E3CS's fairness quota. ``--round-deadline``
     drops the clients slower than it (E3CS's success; none by default). Default: digits with
-    logistic regression, about a minute and a half on 2 cores; the summary gives the final
-    accuracy, and the rounds and simulated time to ``--target-accuracy``.
+    logistic regression, about two minutes on 2 cores; the summary gives the final accuracy,
+    and the rounds and simulated time to ``--target-accuracy``.
 
         python sweeps/fl_selection.py
-        python sweeps/fl_selection.py --policies pow_d,proportional --d 6,10,20,40
+        python sweeps/fl_selection.py --policies fedcor,random --aggregation uniform --seeds 16
+        python sweeps/fl_selection.py --policies pow_d,proportional --d 20,40,60
         python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR \\
             --model fashion_cnn --rounds 300 --seeds 8
     """
