@@ -295,7 +295,7 @@ def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int
         return sweep.round_up(int(config.chunk_size), devices)
     if stored is not None:
         return stored
-    if plan.learner is not None:
+    if exact_chunks(plan):
         return devices
     configs = plan.configs
     groups = ["policy"]
@@ -311,9 +311,10 @@ def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int
 
 
 def exact_chunks(plan: Plan) -> bool:
-    """Whether every chunk is computed at exactly the chunk size (federated sweeps: see
-    ``chunk_size``), not shrunk to a policy's number of configurations."""
-    return plan.learner is not None
+    """Whether every chunk is computed at exactly the chunk size (federated sweeps whose learner
+    is not ``batch_invariant``: see ``chunk_size``), not shrunk to a policy's number of
+    configurations."""
+    return plan.learner is not None and not _a_learner(plan).batch_invariant
 
 
 def per_run_outputs(

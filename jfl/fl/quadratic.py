@@ -193,4 +193,5 @@ def make_quadratic_learner(num_clients: int, *, local_steps: int = 2, aggregatio
         signals=signals,
         provides=PROVIDES,
         evaluations=EVALUATIONS,
+        batch_invariant=True,  # every sum over clients or coordinates is a halving
     )

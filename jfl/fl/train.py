@@ -97,6 +97,10 @@ class Learner(NamedTuple):
     # What ``evaluate`` returns, name -> ``jfl.envs.base.Metric`` of dims ("eval",), which the
     # runner records (``jfl.runner.learner_outputs``); None: test accuracy and loss.
     evaluations: Mapping[str, Any] | None = None
+    # Whether a run's numbers are the same bits in a batch of any shape (elementwise sums only,
+    # as the quadratic's); a model's matrix products are not, so a sweep of such a learner
+    # computes every chunk at exactly its chunk size (docs/decisions.md#federated-chunks).
+    batch_invariant: bool = False
 
 
 def masked_loss(apply_fn, params, x, y, valid):

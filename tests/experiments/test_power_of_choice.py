@@ -17,7 +17,13 @@ import pytest
 from jfl import cli
 from jfl.experiments import PowDQuadratic
 from jfl.results import load_dataset
-from tests.helpers import axes_summary, cli_fails, read_back_png, record_figures
+from tests.helpers import (
+    assert_same_configurations,
+    axes_summary,
+    cli_fails,
+    read_back_png,
+    record_figures,
+)
 
 PROG = "pow_d_quadratic.py"
 TINY = [
@@ -33,6 +39,23 @@ def tiny(tmp_path_factory):
     with record_figures() as figures:
         assert cli.main(PowDQuadratic, [*TINY, "--out", str(out)], prog=PROG) == 0
     return out, figures
+
+
+def test_the_quadratic_is_batch_invariant_so_its_chunks_hold_several_configurations(tiny, tmp_path):
+    """The quadratic's learner sums by halvings only (``batch_invariant``): its sweep batches
+    a policy's configurations together, and a chunk of one configuration gives the same bits."""
+    from jfl import driver
+
+    config = cli.parse(PowDQuadratic, [*TINY, "--out", str(tmp_path / "auto")])
+    plan = config.plan()
+    assert not driver.exact_chunks(plan) and driver.chunk_size(config, plan) > 1
+    out = tmp_path / "one"
+    argv = [*TINY, "--methods", "pow_d", "--chunk-size", "1", "--no-plots", "--out", str(out)]
+    assert cli.main(PowDQuadratic, argv, prog=PROG) == 0
+    keys = ("policy", "d", "switch", "learning_rate")
+    assert_same_configurations(
+        load_dataset(out / "results.nc"), load_dataset(tiny[0] / "results.nc"), keys
+    )
 
 
 def test_summary_has_a_row_per_method_and_d(tiny):
