@@ -20,7 +20,7 @@ from tests.helpers import assert_same_configurations, cli_fails
 POLICIES = "rpow_d"
 TINY = [
     *("--seeds", "2", "--rounds", "4", "--eval-every", "2", "--quiet"),
-    *("--clients", "12", "--m", "3", "--dirichlet", "0.3", "--policies", POLICIES),
+    *("--clients", "12", "--m", "3", "--dirichlet", "0.3,1", "--policies", POLICIES),
 ]
 
 
@@ -35,8 +35,8 @@ def test_tiny_run_writes_its_summary_and_figures(tiny):
     ds = load_dataset(tiny / "results.nc")
     summary = pd.read_csv(tiny / "summary.csv")
     assert list(summary["policy"].unique()) == [POLICIES]
-    assert len(summary) == 1 and np.all(summary["final_test_loss"] >= 0)
-    assert ds["dirichlet"].to_numpy().tolist() == [0.3]
+    assert len(summary) == 2 and np.all(summary["final_test_loss"] >= 0)
+    assert ds["dirichlet"].to_numpy().tolist() == [0.3, 1.0]
     assert ds["data_size"].to_numpy()[0].std() > 0  # the per-class split skews the sizes
     assert np.all(ds["untrained"].to_numpy() == 0)  # multiplicities never exceed the m slots
     figures = {p.name for p in (tiny / "figures").iterdir()}
@@ -46,13 +46,15 @@ def test_tiny_run_writes_its_summary_and_figures(tiny):
 
 
 def test_configuration_results_do_not_depend_on_the_other_partitions(tiny, tmp_path):
-    """α = 0.3's runs are bit-identical in a sweep that also holds α = 1, listed first: its data
-    stacked second and padded to another width (docs/decisions.md#federated-chunks)."""
+    """The runs of each α are bit-identical with the partitions stacked in the other order and
+    a second learning rate: other partition indices and other positions in the sweep (the
+    same shapes, so the program comes from the compilation cache; a sweep whose partitions pad
+    to another width is CI's test_every_method_is_independent_of_the_rest_of_the_sweep)."""
     out = tmp_path / "recomposed"
-    argv = [*TINY, "--dirichlet", "1,0.3", "--no-plots", "--out", str(out)]
+    argv = [*TINY, "--dirichlet", "1,0.3", "--lr", "0.1,0.3", "--no-plots", "--out", str(out)]
     assert cli.main(FlSelection, argv, prog="fl_selection") == 0
     small, large = load_dataset(tiny / "results.nc"), load_dataset(out / "results.nc")
-    assert large.sizes["config"] == 2
+    assert large.sizes["config"] == 4
     assert_same_configurations(small, large, ("policy", "dirichlet", "learning_rate"))
 
 
