@@ -1,6 +1,6 @@
 """Every client-selection method on one federated task (``sweeps/fl_selection.py``).
 
-The methods FL papers compare against (SPEC §10: Power-of-Choice and its variants, rand, AFL,
+The methods FL papers compare against (docs/methods.md: Power-of-Choice and its variants, rand, AFL,
 Oort, E3CS, clustered sampling by size and by similarity; FedIS, DELTA, optimal client sampling,
 FedCor, DivFL) beside the seed papers' RBCS-F, FedCS and Random, with the same learner, data and
 system heterogeneity: N = 100 clients, m = 10 a round, label- and quantity-skewed data (each class

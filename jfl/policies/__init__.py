@@ -14,12 +14,12 @@ Families (implementation modules, private):
   their variants ``cocs_lookahead``, ``oracle_context``, ``oracle_state``, ``cucb_pairs``,
   ``linucb_pairs`` (see the docs' reproduction report for who should use which);
 * ``local_accuracy``, which reads a federated learner's per-client signal;
-* the methods FL papers compare against (docs' SPEC §10): ``pow_d`` (Power-of-Choice) with its
+* the methods FL papers compare against (docs/methods.md): ``pow_d`` (Power-of-Choice) with its
   cheaper variants ``cpow_d`` and ``rpow_d`` and its unbiased baseline ``proportional`` (rand),
   ``afl`` (Active Federated Learning), ``clustered_size`` (clustered sampling, Alg. 1), ``oort``
   (Oort), ``e3cs`` (E3CS: Exp3 with a fairness floor) with its FedCS-like baseline
   ``most_reliable``;
-* the update- and gradient-aware methods (SPEC §10, second group), which read sketches and
+* the update- and gradient-aware methods (docs/methods.md, second group), which read sketches and
   norms of the clients' updates and gradients: ``delta`` (DELTA) and ``fedis`` (FedIS),
   unbiased samplers learnt from the participants, ``ocs`` (optimal client sampling) and
   ``fedcor`` (FedCor: a Gaussian process over the clients' loss changes), ``divfl`` (DivFL:

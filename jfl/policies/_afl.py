@@ -3,7 +3,7 @@
 Each client that takes part reports a valuation of its data under the global model it received,
 before training on it: v_k = √n_k · F_k(w) (the paper's (1/√n_k)·Σ loss, with F_k the mean loss
 on the client's n_k samples). Valuations stay as they were until the client takes part again;
-a client never seen has none and is drawn first (the project's SPEC §10). Each round, among
+a client never seen has none and is drawn first (docs/decisions.md#afl-unseen). Each round, among
 the available clients: the ⌊α₁·|A|⌋ lowest valuations are set aside, ⌊(1 − α₃)·m⌋ clients are
 drawn without replacement with probability ∝ exp(α₂·v) among the others, and the remaining
 slots are drawn uniformly among every available client not yet drawn (so that the ones set

@@ -23,11 +23,11 @@ The server keeps each client's last model update θ_i − w, its "representative
    Σ_k (1/m)·θ_{l_k} (``FedProx.py`` l. 428–430; ``draws_selection``).
 
 Every bucket has mass 1 and each client m·p_i over the buckets, so the aggregation is unbiased
-as in Algorithm 1. Where the authors' code and the project's SPEC part, and what is added for
+as in Algorithm 1. Where the authors' code and the paper part, and what is added for
 shapes that the code does not handle (docs/decisions.md#clustered-similarity-ward-input and the
 entries after it):
 
-* ``ward_input="distances"`` (default): Ward on the angles as dissimilarities (SPEC §10, the
+* ``ward_input="distances"`` (default): Ward on the angles as dissimilarities (the
   paper's method). The code passes the square N × N matrix to ``scipy.cluster.hierarchy.linkage``,
   which takes a 2-D array as N observations: Ward on the Euclidean distances between the rows of
   the angle matrix (scipy warns "looks suspiciously like an uncondensed distance matrix").

@@ -27,7 +27,7 @@ k* = argmax_k a_k/√Σ_kk · Σ_i p_i Σ_ik over the clients not yet selected, 
 after the warm-up (``epoch%args.GPR_interval==0``) the authors train a shadow round from a copy
 of the model on m uniformly random clients, store its ΔL and refit for 100 steps (main.py:291-
 299). jfl's learner trains one round per round, so that round itself selects uniformly at random
-and its ΔL is the one stored (SPEC §10's decision; docs/decisions.md#fedcor-shadow-round).
+and its ΔL is the one stored (docs/decisions.md#fedcor-shadow-round).
 Defaults: the README's FMNIST command, W = 15, Δt = 10, M = 100, γ = 0.95, β = 0.95.
 
 The policy reads the learner's ``local_loss`` F_i(w^t) (every client's, before each selection)

@@ -36,8 +36,8 @@ Each round R (1-based), ``getTopK``:
 
 Draws without replacement ∝ p are ``gumbel_top_k`` (the law of NumPy's
 ``choice(replace=False, p=p)``); ties among priors follow a per-run random order; m is
-min(m, #available). The docs' decisions page, section "Oort", records the defaults (the
-project's SPEC §10, FedScale's configuration; ``#oort-defaults``) and where jfl reads the code
+min(m, #available). The docs' decisions page, section "Oort", records the defaults
+(FedScale's configuration; ``#oort-defaults``) and where jfl reads the code
 differently: the utility from ``local_loss_sq`` (``#oort-utility``); one round clock from round
 1, the selector every round (``#oort-rounds``); durations known once a client took part, so T
 is over the explored clients (``#oort-durations``); the pacer's exploited clients are the

@@ -2,14 +2,16 @@
 federated learning", AISTATS 2022, Algorithm 1), the loss-aware selection FL papers compare with,
 its cheaper variants cpow-d and rpow-d (§4), and its unbiased baseline rand.
 
-pow-d, as the project's specification (SPEC §10) states Algorithm 1: a candidate set A of d
+pow-d, Algorithm 1 as docs/methods.md states it: a candidate set A of d
 clients is drawn without replacement with probability ∝ p_k (p_k = n_k/Σn, the data share), the
 candidates receive the global model and report their local loss F_k(w), and the m candidates
 with the highest loss are selected; the global model is the plain average of their updates
-(biased on purpose). The first round has no losses to rank: m clients drawn ∝ p. d = 2m unless
-given (the paper's K = 100, m = 3 runs use d ∈ {6, 9, 15}). adapow-d, the paper's schedule
-that trades the bias for speed early only, is the option ``switch``: d = N before that round
-(SPEC §10: the first half of the rounds), then d = m.
+(biased on purpose; the authors' code: "weight = 1/size",
+docs/decisions.md#aggregation-protocols). The first round has no losses to rank: m clients drawn
+∝ p. d = 2m unless given (the paper's K = 100, m = 3 runs use d ∈ {6, 9, 15}). adapow-d, the
+paper's schedule that trades the bias for speed early only, is the option ``switch``: d = N
+before that round (the first half of the rounds in the quadratic's reproduction,
+docs/decisions.md#pow-d-quadratic-adapow), then d = m.
 
 The variants rank the same candidates by cheaper estimates of F_k(w) (§4, "Variants of
 Power-of-Choice"): cpow-d by the loss on one minibatch of b samples per candidate (the
