@@ -127,6 +127,11 @@ class FlSelection(RbcsfScenario):
                 checks.integer("--d", d, self.m, self.clients, "--clients")
         checks.distinct("--dirichlet", self.dirichlet)
         checks.integer("--min-samples", self.min_samples, 0)
+        if self.delta_zeta != "gradient" and "delta" not in self.policies:
+            raise ValueError(
+                "--delta-zeta is read by delta, and none of --policies "
+                f"({','.join(self.policies)}) is it: drop --delta-zeta or add delta"
+            )
         if not self.round_deadline > 0:
             raise ValueError(f"--round-deadline must be > 0 or inf, got {self.round_deadline}")
 

@@ -85,6 +85,7 @@ def test_default_methods_are_registered_and_run_on_rbcsf():
         (["--policies", "random", "--alpha", "0"], "--alpha is read by linucb, linucb_pairs"),
         (["--policies", "random", "--sigma", "0.2"], "--sigma is read by e3cs"),
         (["--policies", "random", "--V", "1"], "--V is read by rbcsf"),
+        (["--policies", "random", "--delta-zeta", "update"], "--delta-zeta is read by delta"),
         (["--data-dir", "X"], "--data-dir needs --dataset"),
         (["--min-samples", "-1"], "--min-samples must be an integer >= 0, got -1"),
         (["--min-samples", "200"], "min_samples = 200 cannot be met"),  # 12 · 200 > 1437
