@@ -9,6 +9,11 @@ other, with label-skewed data the selected set decides which classes the global 
   clients of nearly one class, large ``γ`` clients with the uniform class mix.
 * ``two_labels``: COCS §VI-A, every client holds samples of exactly two labels.
 * ``heterogeneous``: CS-UCB-Q §V-B, a few "rich" clients hold five labels each, the others one.
+* ``dirichlet_by_class``: Yurochkin et al. 2019, each class split over the clients in
+  ``Dir(α·1)`` proportions (label and quantity skew).
+* ``shards``: McMahan et al. 2017 §3 (and FedCor's 1SPC/2SPC), label-sorted data cut into equal
+  shards, ``shards_per_client`` random shards per client.
+* ``natural``: LEAF's FEMNIST, one client per group (writer) id given per sample.
 
 A partition is only a table of indices into the training set (``Partition``), so that it can be
 drawn once and the samples gathered later for any array of the same length (``stack_clients``
@@ -373,12 +378,117 @@ def dirichlet_by_class(
     return _gather(parts, rng)
 
 
+def _check_shards_per_client(shards_per_client, num_clients: int, n: int) -> int:
+    high = n // num_clients
+    if not _is_int(shards_per_client) or not 1 <= shards_per_client <= high:
+        raise ValueError(
+            f"shards_per_client must be an integer in [1, n // num_clients] = [1, {high}] "
+            f"(num_clients · shards_per_client <= n = {n}, a shard holds at least one sample), "
+            f"got {shards_per_client!r}"
+        )
+    return int(shards_per_client)
+
+
+def shards(
+    labels, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
+) -> Partition:
+    """Label-sorted shards, ``shards_per_client`` of them per client (McMahan et al. 2017, §3).
+
+    The paper (MNIST, 100 clients): "we sort the data by digit label, divide it into 200 shards
+    of size 300, and assign each of 100 clients 2 shards". FedCor (Tang et al., CVPR 2022) runs
+    it with 2 or 1 shards per client ("2SPC or 1SPC"); its authors' code (Yoruko-Tang/FedCor at
+    d941083, ``src/sampling.py``, ``mnist_noniid`` lines 37-64, ``cifar_noniid`` 174-202) takes
+    ``num_shards = shards_per_client*num_users`` shards of ``num_imgs = len(dataset)//num_shards``
+    samples (lines 45-46), sorts the indices by label
+    (``idxs_labels = idxs_labels[:, idxs_labels[1, :].argsort()]``, line 53), gives each client
+    in turn ``rs.choice(idx_shard, shards_per_client, replace=False)`` of the shards left
+    (lines 58-59) and shuffles the client's samples (line 63).
+
+    Here, with ``s = shards_per_client``, ``S = N · s`` shards of ``m = n // S`` samples: a
+    random permutation of the ``n`` samples is drawn, its last ``n mod S`` samples are unused,
+    the other ``S · m`` are sorted by label with a stable sort (ties in the permutation's order)
+    and cut into ``S`` contiguous shards; client ``i`` gets the shards ``deal[i·s : (i+1)·s]`` of
+    a random permutation ``deal`` of the shard ids, and its ``s · m`` samples are shuffled. Every
+    client holds exactly ``s · m`` samples; a shard holds two labels (or more, when ``m``
+    exceeds a class's size) where a class boundary of the sorted order falls inside it.
+
+    Decisions (neither source says): ties within a label follow a random permutation, so which
+    samples of a label share a shard changes with the seed and never depends on the order the
+    data set is stored in (FedCor's ``argsort()`` is NumPy's unstable quicksort: ties in an
+    order fixed by the data but unspecified). The ``n mod S`` unused samples are a uniform random
+    subset, dropped before the sort, so that no class in particular loses them (cutting the tail
+    of the sorted order would take them all from the largest labels); FedCor's code keeps
+    ``np.arange(num_shards*num_imgs)`` (line 49), which its ``np.vstack`` with all ``n`` labels
+    (line 52) refuses unless ``S`` divides ``n``. Dealing one permutation gives every client a
+    uniformly random set of ``s`` shards, as FedCor's client-by-client draws without replacement
+    do (the same distribution, not the same draws). ``shards_per_client`` must be in
+    ``[1, n // N]`` (every shard at least one sample).
+    """
+    labels = _check_labels(labels)
+    n = labels.size
+    num_clients = _check_num_clients(num_clients, n)
+    per = _check_shards_per_client(shards_per_client, num_clients, n)
+    total = num_clients * per
+    size = n // total
+    kept = rng.permutation(n)[: total * size]
+    order = kept[np.argsort(labels[kept], kind="stable")]
+    deal = rng.permutation(total)
+    parts = [
+        [order[j * size : (j + 1) * size] for j in deal[i * per : (i + 1) * per]]
+        for i in range(num_clients)
+    ]
+    return _gather(parts, rng)
+
+
+def _check_groups(groups, n: int) -> np.ndarray:
+    groups = np.asarray(groups)
+    if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer):
+        raise ValueError(
+            f"groups must be an integer array of shape ({n},) (a group id per sample, as labels), "
+            f"got shape {groups.shape} and dtype {groups.dtype}"
+        )
+    return groups.astype(np.int64)
+
+
+def natural(labels, num_clients: int, rng: np.random.Generator, groups) -> Partition:
+    """One client per group id, holding all of the group's samples (LEAF's FEMNIST).
+
+    LEAF (Caldas et al. 2018): "Federated Extended MNIST (FEMNIST), which is built by
+    partitioning the data in Extended MNIST based on the writer of the digit/character".
+    ``groups[k]`` is the group (writer) id of sample ``k``; the ``G`` distinct ids are the
+    candidate clients. ``num_clients = N`` in ``[1, G]`` of them are drawn uniformly without
+    replacement (``rng.choice(G, N, replace=False)`` over the sorted ids) and the clients are
+    ordered by group id, so ``N = G`` is every group in id order. Each client holds all the
+    samples of its group, shuffled; the other groups' samples are unused. Sizes follow the
+    groups (a ragged split). LEAF's own subsampling (TalwalkarLab/leaf, ``data/utils/sample.py``
+    lines 2-5, at 21f185e) "randomly selects users from raw data until their cumulative amount
+    of data exceeds the given number of datapoints": users at random too, but counted by data
+    and the last user cut; here whole groups are kept and counted by ``N``. The draw is made
+    also for ``N = G`` (a permutation, sorted back to id order): one stream for every ``N``.
+    """
+    labels = _check_labels(labels)
+    groups = _check_groups(groups, labels.size)
+    order = np.argsort(groups, kind="stable")  # each group's samples in index order
+    ids, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
+    num_groups = ids.size
+    if not _is_int(num_clients) or not 1 <= num_clients <= num_groups:
+        raise ValueError(
+            f"num_clients must be an integer in [1, G] = [1, {num_groups}] (G = number of "
+            f"distinct groups), got {num_clients!r}"
+        )
+    chosen = np.sort(rng.choice(num_groups, size=int(num_clients), replace=False))
+    parts = [[order[starts[g] : starts[g] + sizes[g]]] for g in chosen]
+    return _gather(parts, rng)
+
+
 PARTITIONS = {
     "iid": iid,
     "dirichlet": dirichlet,
     "dirichlet_by_class": dirichlet_by_class,
     "two_labels": two_labels,
     "heterogeneous": heterogeneous,
+    "shards": shards,
+    "natural": natural,
 }
 
 

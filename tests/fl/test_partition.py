@@ -9,6 +9,7 @@ being tested.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -24,6 +25,8 @@ from jfl.fl.partition import (
     heterogeneous,
     iid,
     make_partition,
+    natural,
+    shards,
     stack_clients,
     two_labels,
 )
@@ -59,6 +62,12 @@ def options_for(name: str, labels: np.ndarray, num_clients: int) -> dict:
     if name == "heterogeneous":
         rich = min(2, num_clients)
         return {"rich_clients": rich, "labels_per_rich": min(5, np.unique(labels).size // rich)}
+    if name == "shards":
+        return {"shards_per_client": min(2, labels.size // num_clients)}
+    if name == "natural":  # at least num_clients groups (all n when num_clients + 2 > n)
+        num_groups = min(labels.size, num_clients + 2)
+        rng = np.random.default_rng(labels.size)
+        return {"groups": rng.permutation(np.arange(labels.size) % num_groups)}
     return {}
 
 
@@ -92,7 +101,7 @@ def test_partitions_are_valid(name, case):
             name, labels, num_clients, seed, **options_for(name, labels, num_clients)
         )
         assert_valid(p, labels.size, num_clients)
-        if name in ("iid", "dirichlet"):
+        if name in ("iid", "dirichlet", "shards", "natural"):
             assert np.all(p.count >= 1)  # data is left for every client
 
 
@@ -598,3 +607,306 @@ LABELS = balanced_labels(3, 10)  # n = 30, C = 10
 def test_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- shards ------------------------------------------------------------------------------------
+
+
+def shards_loop(labels, num_clients, per, rng):
+    """McMahan et al.'s shards, plainly: of a random order of the samples, the first S · m
+    (S = N · per shards of m = n // S samples; the rest unused) sorted by label with Python's
+    stable sort, cut into S runs of m; client i gets the runs deal[i·per : (i+1)·per] of a
+    random order deal of the shards, its samples shuffled. The same generator calls, in the same
+    order."""
+    n = len(labels)
+    total = num_clients * per
+    size = n // total
+    kept = [int(k) for k in rng.permutation(n)[: total * size]]
+    ordered = sorted(kept, key=lambda k: labels[k])
+    runs = [ordered[j * size : (j + 1) * size] for j in range(total)]
+    deal = rng.permutation(total)
+    clients = []
+    for i in range(num_clients):
+        mine = []
+        for j in deal[i * per : (i + 1) * per]:
+            mine += runs[j]
+        clients.append(rng.permutation(np.array(mine, dtype=np.int64)))
+    return clients
+
+
+def random_shards_instance(rng):
+    """Random labels (1 to 8 classes with gaps in their values, uneven sizes), a client count
+    and a feasible shards_per_client (N · per <= n)."""
+    n = int(rng.integers(1, 160))
+    values = np.sort(rng.choice(12, size=int(rng.integers(1, 9)), replace=False))
+    labels = values[rng.integers(0, values.size, n)]
+    num_clients = int(rng.integers(1, min(n, 25) + 1))
+    per = int(rng.integers(1, min(n // num_clients, 4) + 1))
+    return labels, num_clients, per
+
+
+def chunk_histograms(labels, used, size, num_classes):
+    """Label histograms of the runs of ``size`` of the used samples' sorted labels."""
+    ordered = np.sort(labels[used])
+    return [
+        np.bincount(ordered[j : j + size], minlength=num_classes)
+        for j in range(0, len(ordered), size)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_shards_is_the_plain_loop(seed):
+    """Index for index (each client's order included) the reference's split, on random labels,
+    client counts and shards per client."""
+    rng = np.random.default_rng(400 + seed)
+    for _ in range(25):
+        labels, num_clients, per = random_shards_instance(rng)
+        draw_seed = int(rng.integers(2**31))
+        expected = shards_loop(labels, num_clients, per, np.random.default_rng(draw_seed))
+        p = shards(labels, num_clients, np.random.default_rng(draw_seed), shards_per_client=per)
+        assert_valid(p, labels.size, num_clients)
+        for got, want in zip(client_indices(p), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+        q = make_partition("shards", labels, num_clients, draw_seed, shards_per_client=per)
+        np.testing.assert_array_equal(q.indices, p.indices)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_shards_sizes_and_label_contiguous_shards(seed):
+    """Every client exactly per · m samples (m = n // S), n mod S unused; each client's label
+    histogram is the sum of per histograms of the runs of m of the used samples' sorted labels
+    (a shard is contiguous in label order; it may hold two labels or more); with one shard per
+    client, the clients' sorted labels are those runs themselves."""
+    rng = np.random.default_rng(500 + seed)
+    for _ in range(25):
+        labels, num_clients, per = random_shards_instance(rng)
+        per = min(per, 3)
+        p = shards(labels, num_clients, np.random.default_rng(seed), shards_per_client=per)
+        assert_valid(p, labels.size, num_clients)
+        total, n = num_clients * per, labels.size
+        size = n // total
+        np.testing.assert_array_equal(p.count, per * size)
+        used = np.concatenate(client_indices(p))
+        assert used.size == total * size == n - n % total
+        num_classes = int(labels.max()) + 1
+        runs = chunk_histograms(labels, used, size, num_classes)
+        distinct = {tuple(h) for h in runs}
+        for y in client_labels(p, labels):
+            hist = tuple(np.bincount(y, minlength=num_classes))
+            sums = {
+                tuple(np.sum(combo, axis=0))
+                for combo in itertools.combinations_with_replacement(sorted(distinct), per)
+            }
+            assert hist in sums
+        if per == 1:
+            blocks = sorted(np.sort(y).tolist() for y in client_labels(p, labels))
+            assert list(itertools.chain(*blocks)) == np.sort(labels[used]).tolist()
+
+
+@pytest.mark.parametrize("per", [1, 2])
+def test_shards_paper_setting(per):
+    """McMahan et al. §3: 60,000 MNIST-sized labels, "200 shards of size 300" over 100 clients
+    with 2 shards each (FedCor's 2SPC), or 100 shards of 600 with 1 (1SPC). 6,000 samples per
+    class make every shard a single label: a client holds 1 or 2 labels (exactly 1 with 1SPC),
+    600 samples, and every sample is used once."""
+    labels = balanced_labels(6000, 10)
+    p = make_partition("shards", labels, 100, 0, shards_per_client=per)
+    assert_valid(p, labels.size, 100)
+    np.testing.assert_array_equal(p.count, 600)
+    assert p.count.sum() == labels.size
+    for y in client_labels(p, labels):
+        classes, counts = np.unique(y, return_counts=True)
+        assert 1 <= classes.size <= per
+        assert np.all(counts % (600 // per) == 0)  # whole shards of one label
+
+
+def test_shards_edge_cases():
+    labels = rare_labels()  # n = 37
+    # S = n: shards of one sample, every sample used.
+    for num_clients, per in ((37, 1), (1, 37)):
+        p = shards(labels, num_clients, np.random.default_rng(0), shards_per_client=per)
+        assert_valid(p, labels.size, num_clients)
+        np.testing.assert_array_equal(p.count, per)
+        assert p.count.sum() == labels.size
+    # One client with one shard: all but n mod 1 = 0 samples, i.e. everything.
+    p = shards(labels, 1, np.random.default_rng(0), shards_per_client=1)
+    assert p.count.tolist() == [37]
+    # One client, 2 shards of 18: one sample unused.
+    p = shards(labels, 1, np.random.default_rng(0))
+    assert p.count.tolist() == [36]
+    # The unused samples are a random subset, not the tail of the sorted order (the largest
+    # labels): over seeds they come from several classes.
+    labels = balanced_labels(10, 10)  # N = 7, per = 2: S = 14, m = 7, 2 of 100 unused
+    unused = set()
+    for seed in range(30):
+        p = shards(labels, 7, np.random.default_rng(seed))
+        used = np.concatenate(client_indices(p))
+        assert used.size == 98
+        unused |= set(labels[np.setdiff1d(np.arange(100), used)].tolist())
+    assert len(unused) >= 5
+    # Ties within a label follow the seed: shards of half a class hold other samples for another
+    # seed (shards of a whole class, N = 10 here, could not differ).
+    a = shards(labels, 20, np.random.default_rng(1), shards_per_client=1)
+    b = shards(labels, 20, np.random.default_rng(2), shards_per_client=1)
+    sets_a = {frozenset(idx.tolist()) for idx in client_indices(a)}
+    sets_b = {frozenset(idx.tolist()) for idx in client_indices(b)}
+    assert sets_a != sets_b
+
+
+@pytest.mark.parametrize("bad", [0, -1, 11, 2.0, True, "2", None])
+def test_shards_refuses_a_bad_shards_per_client(bad):
+    # n = 30, N = 3: S = 3 · per <= 30 allows per in [1, 10].
+    with pytest.raises(
+        ValueError, match=r"^shards_per_client must be an integer in .* = \[1, 10\]"
+    ):
+        shards(LABELS, 3, np.random.default_rng(0), shards_per_client=bad)
+    with pytest.raises(ValueError, match="shards_per_client"):
+        make_partition("shards", LABELS, 3, 0, shards_per_client=bad)
+
+
+def test_shards_error_is_one_line():
+    with pytest.raises(ValueError) as caught:
+        make_partition("shards", LABELS, 16, 0)  # 16 · 2 = 32 > 30
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "shards_per_client must be an integer in [1, n // num_clients] = [1, 1]" in message
+    assert "n = 30" in message and message.endswith("got 2")
+
+
+# --- natural -----------------------------------------------------------------------------------
+
+
+def natural_loop(num_clients, groups, rng):
+    """LEAF's natural split, plainly: of the distinct group ids in increasing order, num_clients
+    drawn without replacement and put back in id order; each client all of its group's samples
+    (found by a scan), shuffled. The same generator calls, in the same order."""
+    ids = sorted(set(groups.tolist()))
+    picked = sorted(rng.choice(len(ids), size=num_clients, replace=False).tolist())
+    clients = []
+    for g in picked:
+        mine = [k for k in range(len(groups)) if groups[k] == ids[g]]
+        clients.append(rng.permutation(np.array(mine, dtype=np.int64)))
+    return clients
+
+
+def random_groups_instance(rng):
+    """Random labels and group ids (arbitrary integers, negative ones and gaps included) with
+    ragged group sizes (Dirichlet(0.5) group weights), and a client count in [1, G]."""
+    n = int(rng.integers(1, 200))
+    num_ids = int(rng.integers(1, min(n, 30) + 1))
+    ids = rng.choice(np.arange(-40, 1000), size=num_ids, replace=False)
+    weights = rng.dirichlet(np.full(num_ids, 0.5))
+    groups = ids[rng.choice(num_ids, size=n, p=weights)]
+    labels = rng.integers(0, 6, n)
+    num_clients = int(rng.integers(1, np.unique(groups).size + 1))
+    return labels, groups, num_clients
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_natural_is_the_plain_loop(seed):
+    rng = np.random.default_rng(600 + seed)
+    for _ in range(25):
+        labels, groups, num_clients = random_groups_instance(rng)
+        draw_seed = int(rng.integers(2**31))
+        expected = natural_loop(num_clients, groups, np.random.default_rng(draw_seed))
+        p = natural(labels, num_clients, np.random.default_rng(draw_seed), groups=groups)
+        assert_valid(p, labels.size, num_clients)
+        for got, want in zip(client_indices(p), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+        q = make_partition("natural", labels, num_clients, draw_seed, groups=groups)
+        np.testing.assert_array_equal(q.indices, p.indices)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_natural_clients_are_whole_groups(seed):
+    """Each client's samples are all from one group and are all of that group's samples; the
+    clients' groups are distinct and in increasing id order; with N = G every sample is used,
+    each group once, in id order."""
+    rng = np.random.default_rng(700 + seed)
+    for _ in range(25):
+        labels, groups, num_clients = random_groups_instance(rng)
+        p = natural(labels, num_clients, np.random.default_rng(seed), groups)
+        assert_valid(p, labels.size, num_clients)
+        held = []
+        for idx in client_indices(p):
+            assert idx.size >= 1
+            (g,) = np.unique(groups[idx])
+            np.testing.assert_array_equal(np.sort(idx), np.flatnonzero(groups == g))
+            held.append(int(g))
+        assert held == sorted(set(held))
+        ids = np.unique(groups)
+        p = natural(labels, ids.size, np.random.default_rng(seed), groups)
+        assert p.count.sum() == labels.size
+        assert [int(groups[idx[0]]) for idx in client_indices(p)] == ids.tolist()
+
+
+def test_natural_edge_cases():
+    groups = np.array([5, 5, 2, 9, 2, 2, 5, 9, 9, 9], np.int32)
+    labels = np.arange(10) % 3
+    # N = G: every group, in id order 2, 5, 9.
+    p = make_partition("natural", labels, 3, 0, groups=groups)
+    assert p.count.tolist() == [3, 3, 4]
+    assert [sorted(idx.tolist()) for idx in client_indices(p)] == [
+        [2, 4, 5],
+        [0, 1, 6],
+        [3, 7, 8, 9],
+    ]
+    # N = 1: one whole group, and over seeds each group is drawn.
+    seen = set()
+    for seed in range(20):
+        p = make_partition("natural", labels, 1, seed, groups=groups.astype(np.uint8))
+        (g,) = np.unique(groups[client_indices(p)[0]])
+        assert p.count[0] == np.count_nonzero(groups == g)
+        seen.add(int(g))
+    assert seen == {2, 5, 9}
+    # One sample per group: each client one sample.
+    p = natural(labels, 10, np.random.default_rng(0), np.arange(10))
+    np.testing.assert_array_equal(p.indices[:, 0], np.arange(10))
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: natural(LABELS, 3, np.random.default_rng(), np.zeros(29, int)),
+            r"^groups must be an integer array of shape \(30,\) .* got shape \(29,\)",
+        ),
+        (
+            lambda: natural(LABELS, 3, np.random.default_rng(), np.zeros((30, 1), int)),
+            r"^groups must be .* got shape \(30, 1\)",
+        ),
+        (
+            lambda: natural(LABELS, 3, np.random.default_rng(), np.zeros(30)),
+            r"^groups must be .* dtype float64",
+        ),
+        (
+            lambda: natural(LABELS, 3, np.random.default_rng(), np.zeros(30, bool)),
+            r"^groups must be .* dtype bool",
+        ),
+        (
+            lambda: natural(LABELS, 4, np.random.default_rng(), np.arange(30) % 3),
+            r"^num_clients must be an integer in \[1, G\] = \[1, 3\] .* got 4$",
+        ),
+        (
+            lambda: natural(LABELS, 0, np.random.default_rng(), np.arange(30) % 3),
+            r"^num_clients must be an integer in \[1, G\]",
+        ),
+        (
+            lambda: natural(LABELS, 2.0, np.random.default_rng(), np.arange(30) % 3),
+            r"^num_clients must be an integer in \[1, G\]",
+        ),
+        (
+            lambda: make_partition("natural", LABELS, 4, 0, groups=np.arange(30) % 3),
+            r"\[1, G\] = \[1, 3\]",
+        ),
+        (
+            lambda: make_partition("natural", LABELS, 31, 0, groups=np.arange(30)),
+            r"num_clients must be an integer in \[1, n\] = \[1, 30\]",
+        ),
+        (lambda: make_partition("natural", LABELS, 3, 0), r"needs the options \['groups'\]"),
+    ],
+)
+def test_natural_errors(call, match):
+    with pytest.raises(ValueError, match=match) as caught:
+        call()
+    assert "\n" not in str(caught.value)
