@@ -210,6 +210,7 @@ class Plan:
     fixed: Mapping[str, float] = dataclasses.field(default_factory=dict)
     learner: Callable | None = None  # learner(policy, size) for federated runs
     data: Any = None
+    data_bytes: int = 0  # device memory of ``data``, shared by every chunk
     eval_every: int | None = None
     trackers: tuple = ()  # jfl.trackers kept in every run (their hparams: columns or per_config)
     finish: Callable | None = None  # ds -> ds: the experiment's variables, attributes
@@ -302,9 +303,8 @@ def chunk_size(config: Experiment, plan: Plan, stored: int | None = None) -> int
     if isinstance(plan.selection_size, str):
         groups.append(plan.selection_size)
     largest = int(configs.groupby(groups, sort=False).size().max())
-    size = sweep.auto_chunk_size(
-        largest, config.seeds, plan.per_run_bytes, memory_budget_bytes(config), devices
-    )
+    budget = max(memory_budget_bytes(config) - plan.data_bytes, 0)
+    size = sweep.auto_chunk_size(largest, config.seeds, plan.per_run_bytes, budget, devices)
     if jax.default_backend() == "cpu":
         size = min(size, sweep.round_up(max(1, CPU_BATCH // config.seeds), devices))
     return size
@@ -360,7 +360,9 @@ def run(config: Experiment) -> Result:
     size = chunk_size(config, plan, stored)
     exact = exact_chunks(plan)
     auto = config.chunk_size == "auto"
-    sweep.check_chunk_fits(min(size, len(plan.configs)), config.seeds, plan.per_run_bytes, auto)
+    sweep.check_chunk_fits(
+        min(size, len(plan.configs)), config.seeds, plan.per_run_bytes, auto, plan.data_bytes
+    )
     # The resolved chunk size is part of the manifest: the same chunks are what make a resumed
     # sweep bit-identical to an uninterrupted one. "devices" is per process (a chunk's devices).
     manifest = {

@@ -197,20 +197,24 @@ def free_memory() -> int | None:
     return None
 
 
-def check_chunk_fits(chunk: int, num_seeds: int, per_run_bytes: int, auto: bool) -> None:
+def check_chunk_fits(
+    chunk: int, num_seeds: int, per_run_bytes: int, auto: bool, shared_bytes: int = 0
+) -> None:
     """ValueError, with the figure and the way out, when the chunks in flight (``chunk``
-    configurations × ``num_seeds`` runs each) cannot fit the device's free memory."""
-    need = IN_FLIGHT * chunk * num_seeds * per_run_bytes
+    configurations × ``num_seeds`` runs each) and the data they share (``shared_bytes``: a
+    federated sweep's clients' data) cannot fit the device's free memory."""
+    need = IN_FLIGHT * chunk * num_seeds * per_run_bytes + shared_bytes
     free = free_memory()
     if free is None or need <= free:
         return
     ways = ["fewer --seeds, --rounds or clients"]
     if chunk > 1:
         ways.insert(0, "a smaller --memory-budget" if auto else "a smaller --chunk-size")
+    data = f" and {format_bytes(shared_bytes)} of data" if shared_bytes else ""
     raise ValueError(
         f"--seeds {num_seeds}: {IN_FLIGHT} chunks in flight of {chunk} configuration(s) × "
-        f"{num_seeds} seeds need about {format_bytes(need)} ({format_bytes(per_run_bytes)} a "
-        f"run), more than the {format_bytes(free)} free on "
+        f"{num_seeds} seeds{data} need about {format_bytes(need)} ({format_bytes(per_run_bytes)} "
+        f"a run), more than the {format_bytes(free)} free on "
         f"{jax.local_devices()[0].platform.upper()}; "
         f"use {' or '.join(ways)}"
     )

@@ -77,6 +77,19 @@ def pytest_configure(config):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
+    # Hugging Face's caches in an empty directory of the worker's, offline: tests build their own
+    # Parquet files, and nothing comes from the user's cache or the network (pyproject.toml's
+    # pytest-socket options refuse every host but this one). Set before anything imports
+    # huggingface_hub or datasets, which read them once.
+    hub = _CACHE.with_name(_CACHE.name + "-hf")
+    os.environ.update(
+        HF_HOME=str(hub),
+        HF_HUB_CACHE=str(hub / "hub"),
+        HF_DATASETS_CACHE=str(hub / "datasets"),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+
     from jfl import prng
 
     prng.use_unrolled_threefry_on_cpu()
@@ -85,6 +98,7 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _CACHE is not None:
         shutil.rmtree(_CACHE, ignore_errors=True)
+        shutil.rmtree(_CACHE.with_name(_CACHE.name + "-hf"), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

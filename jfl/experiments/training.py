@@ -49,9 +49,16 @@ class FederatedTraining:
     """
 
     dataset: str = "digits"
-    """one of digits, mnist, fashion_mnist, cifar10"""
+    """one of digits (ships with scikit-learn), mnist, fashion_mnist, cifar10, femnist (from the
+    Hugging Face cache, or --data-dir)"""
     data_dir: str | None = None
-    """directory with the dataset's files (not for digits)"""
+    """directory with the dataset's files (IDX, CIFAR batches, or its Hugging Face Parquet
+    files); default: the Hugging Face cache"""
+    download: bool = False
+    """fetch --dataset from the Hugging Face Hub into its cache when it is not there"""
+    writers: int | None = None
+    """femnist: a seeded sample of this many writers (DivFL's 200; train and test samples of
+    the others dropped); None: every writer"""
     model: str = "logistic"
     """one of logistic, fashion_cnn, cifar_cnn"""
     padding: str = "valid"
@@ -77,11 +84,19 @@ class FederatedTraining:
     def check(self, rounds: int) -> None:
         """``ValueError`` naming the flag of the first bad training setting."""
         checks.choice("--dataset", self.dataset, DATASETS)
-        if self.data_dir is not None and self.dataset == "digits":
-            raise ValueError(
-                "--data-dir needs --dataset (mnist, fashion_mnist or cifar10): digits ships with "
-                "scikit-learn and reads no files"
-            )
+        given = {"--data-dir": self.data_dir is not None, "--download": self.download}
+        for flag in (f for f, on in given.items() if on):
+            if self.dataset == "digits":
+                raise ValueError(
+                    f"{flag} needs --dataset ({', '.join(DATASETS[1:])}): digits ships with "
+                    "scikit-learn and reads no files"
+                )
+        if self.download and self.data_dir is not None:
+            raise ValueError("--download fills the Hugging Face cache: drop --data-dir")
+        if self.writers is not None:
+            if self.dataset != "femnist":
+                raise ValueError(f"--writers samples FEMNIST's writers, not {self.dataset}'s")
+            checks.integer("--writers", self.writers)
         checks.choice("--model", self.model, sorted(MODELS))
         checks.choice("--padding", self.padding, PADDINGS)
         for aggregation in self.aggregation:
@@ -129,11 +144,18 @@ class FederatedTraining:
         return make_partition(name, labels, num_clients, self.partition_seed, **options)
 
     def load_data(self) -> Dataset:
-        """The dataset (``DatasetError``, a ValueError, if it cannot be read), checked against
-        the model's smallest input."""
-        from jfl.fl.data import load_dataset
+        """The dataset (``DatasetError``, a ValueError, if it cannot be read), FEMNIST's writers
+        sampled (``--writers``, from ``--partition-seed``), checked against the model's smallest
+        input."""
+        from jfl.fl.data import load_dataset, sample_groups
 
-        dataset = load_dataset(self.dataset, self.data_dir)
+        dataset = load_dataset(
+            self.dataset, self.data_dir, download=self.download, split_seed=self.partition_seed
+        )
+        if self.writers is not None:
+            dataset = sample_groups(
+                dataset, self.writers, np.random.default_rng(self.partition_seed), "--writers"
+            )
         self.check_model_input(dataset)
         return dataset
 
@@ -214,6 +236,7 @@ class FederatedTraining:
                 num_rounds=rounds,
                 num_clients=num_clients,
             ),
+            data_bytes=data_bytes(data),
             per_config={
                 "learning_rate": configs["learning_rate"].to_numpy(),
                 "partition": configs["partition"].to_numpy(),
@@ -228,6 +251,9 @@ class FederatedTraining:
                 **plan.metadata,
                 "model": {"name": self.model, "parameters": num_params, **padding},
                 "data": {
+                    "name": dataset.name,
+                    "source": dataset.source,
+                    "device_bytes": data_bytes(data),
                     "train": int(dataset.y_train.shape[0]),
                     "test": int(dataset.y_test.shape[0]),
                     "clients_samples_min": int(np.min(data.count)),
@@ -235,6 +261,12 @@ class FederatedTraining:
                 },
             },
         )
+
+
+def data_bytes(data) -> int:
+    """Bytes of the clients' and test data on the device: every chunk's program reads them, so
+    they are counted once, beside the runs (padding to the largest client included)."""
+    return int(sum(leaf.nbytes for leaf in data))
 
 
 def aggregation_codes(names) -> np.ndarray:

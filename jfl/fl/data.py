@@ -1,23 +1,31 @@
 """Image-classification datasets for the federated-training experiments, loaded on the host.
 
-Nothing is ever downloaded. ``digits`` (the default) is real data shipped inside scikit-learn,
-so every test and example runs offline with no setup. MNIST, Fashion-MNIST and CIFAR-10 are read
-from files the user already has, in their standard distribution formats, from ``data_dir``:
+``digits`` (the default) is real data shipped inside scikit-learn, so every test and example
+runs offline with no setup. MNIST, Fashion-MNIST, CIFAR-10 and FEMNIST come from the Hugging Face
+Hub through ``datasets`` (the optional extra ``jfl[hf]``; ``jfl.fl.hub``): from the user's
+Hugging Face cache, or from ``data_dir`` holding the repository's Parquet files, downloaded only
+when asked (``download=True``). MNIST, Fashion-MNIST and CIFAR-10 are also read from files the
+user already has, in their standard distribution formats, when ``data_dir`` holds them:
 
 * MNIST / Fashion-MNIST: the four IDX files from the dataset's website, plain or gzipped
   (``train-images-idx3-ubyte[.gz]`` …), directly in ``data_dir`` or in the layout torchvision
-  leaves behind (``data_dir/MNIST/raw``, ``data_dir/FashionMNIST/raw``);
+  leaves behind (``data_dir/MNIST/raw``, ``data_dir/FashionMNIST/raw``); Debian's
+  ``dataset-fashion-mnist`` package puts them in ``/usr/share/datasets/fashion-mnist``;
 * CIFAR-10: the six pickle batches of the "CIFAR-10 python version" archive
   (``cifar-10-python.tar.gz``), in ``data_dir/cifar-10-batches-py`` or directly in ``data_dir``.
 
 A run should fail at once with a message that says what to put where, not deep inside training:
-every problem (unknown name, missing directory or file, bad magic number, truncated file, broken
-gzip or pickle, wrong shape, label out of range, image/label count mismatch) raises
-``DatasetError`` (a ``ValueError``) naming the file and what is wrong with it.
+every problem (unknown name, missing directory or file, dataset not in the cache, bad magic
+number, truncated file, broken gzip, pickle or Parquet, wrong shape, label out of range,
+image/label count mismatch) raises ``DatasetError`` (a ``ValueError``) naming the file and what
+is wrong with it.
 
-All loaders return the same ``Dataset``: NumPy arrays, images as float32 NHWC scaled to [0, 1]
-and labels as int32. Partitioning the data among clients and moving it to the device happen
-elsewhere. There is no caching: the files are small enough to read at the start of each run.
+All loaders return the same ``Dataset``: NumPy arrays, images NHWC and labels int32. Images of
+the image datasets stay uint8 (0–255) until the training step scales them to [0, 1]
+(``jfl.fl.train.pixels``), a quarter of float32's memory; digits' are float32 in [0, 1] already
+(its 0–16 levels scaled by 1/16). FEMNIST also gives each sample's writer (``groups_train``,
+``groups_test``), the clients of the ``natural`` partition. Partitioning the data among clients
+and moving it to the device happen elsewhere.
 """
 
 from __future__ import annotations
@@ -32,9 +40,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "femnist")
+# The datasets read from the user's files in their original formats (IDX, CIFAR pickles).
+FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
 
-NUM_CLASSES = 10  # all four datasets have ten classes
+NUM_CLASSES = 10  # digits, MNIST, Fashion-MNIST and CIFAR-10 have ten classes
+# LEAF's per-writer train fraction (data/utils/split_data.py, --frac default 0.9).
+TRAIN_FRACTION = 0.9
 
 MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -79,21 +91,117 @@ class DatasetError(ValueError):
 
 class Dataset(NamedTuple):
     name: str  # one of DATASETS
-    x_train: np.ndarray  # f32[n, H, W, C]  pixel values scaled to [0, 1]
+    x_train: np.ndarray  # u8[n, H, W, C] pixel values 0–255, or f32 in [0, 1] (digits)
     y_train: np.ndarray  # i32[n]  in [0, num_classes)
-    x_test: np.ndarray  # f32[n_test, H, W, C]
+    x_test: np.ndarray  # u8 or f32[n_test, H, W, C]
     y_test: np.ndarray  # i32[n_test]
     num_classes: int
+    groups_train: np.ndarray | None = None  # i32[n]  each sample's writer (FEMNIST), else None
+    groups_test: np.ndarray | None = None  # i32[n_test]
+    source: str = ""  # where the data were read: a directory, or a Hub snapshot with its commit
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Dataset:
-    """The dataset ``name`` (one of ``DATASETS``); ``data_dir`` is ignored for ``digits``."""
+def load_dataset(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    download: bool = False,
+    split_seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+) -> Dataset:
+    """The dataset ``name`` (one of ``DATASETS``); ``data_dir`` is ignored for ``digits``.
+
+    MNIST, Fashion-MNIST and CIFAR-10 are read from their original files when ``data_dir`` holds
+    them, otherwise from Parquet files: those in ``data_dir``, or the Hugging Face cache
+    (``cache_dir``, default the user's), which ``download`` fills first. FEMNIST is Parquet
+    only; its writers' samples are split into train and test by ``split_seed``
+    (``split_by_group``).
+    """
     if name == "digits":
         return load_digits()
-    loaders = {"mnist": load_mnist, "fashion_mnist": load_fashion_mnist, "cifar10": load_cifar10}
-    if name not in loaders:
+    if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    return loaders[name](data_dir)
+    if name in FILE_DATASETS and data_dir is not None and not _has_parquet(data_dir):
+        loaders = {"mnist": load_mnist, "fashion_mnist": load_fashion_mnist}
+        return loaders.get(name, load_cifar10)(data_dir)
+    from jfl.fl.hub import HUB_DATASETS, read_hub_dataset
+
+    arrays = read_hub_dataset(name, data_dir, download=download, cache_dir=cache_dir)
+    x, y, groups = arrays.splits["train"]
+    num_classes = HUB_DATASETS[name].num_classes
+    if "test" in arrays.splits:
+        x_test, y_test, groups_test = arrays.splits["test"]
+    else:  # one split of writers' samples (FEMNIST): LEAF's per-writer split
+        train, test = split_by_group(groups, np.random.default_rng(split_seed))
+        x, x_test, y, y_test = x[train], x[test], y[train], y[test]
+        groups, groups_test = groups[train], groups[test]
+    return Dataset(name, x, y, x_test, y_test, num_classes, groups, groups_test, arrays.source)
+
+
+def split_by_group(
+    groups, rng: np.random.Generator, train_fraction: float = TRAIN_FRACTION
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) sample indices, each group's samples split LEAF's way.
+
+    LEAF ``data/utils/split_data.py`` ("splitting data by sample"): a user with fewer than two
+    samples is dropped ("if curr_num_samples >= 2"); otherwise ``max(1, int(frac · n))`` of its
+    ``n`` samples, drawn without replacement, train ("ensures number of train and test samples
+    both >= 1") and the rest test. Groups are taken in increasing id; each draws its training
+    samples as the first of ``rng.permutation(n)`` over its samples in index order. Both index
+    arrays are sorted.
+    """
+    groups = np.asarray(groups)
+    if groups.ndim != 1 or not np.issubdtype(groups.dtype, np.integer):
+        raise ValueError(f"groups must be a 1-D integer array, got {groups.dtype} {groups.shape}")
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
+    order = np.argsort(groups, kind="stable")
+    _, starts, sizes = np.unique(groups[order], return_index=True, return_counts=True)
+    train, test = [], []
+    for start, size in zip(starts, sizes, strict=True):
+        if size < 2:
+            continue
+        members = order[start : start + size]  # this group's samples, in index order
+        keep = max(1, int(train_fraction * size))
+        drawn = rng.permutation(size)
+        train.append(members[drawn[:keep]])
+        test.append(members[drawn[keep:]])
+    empty = np.zeros(0, np.int64)
+    train = np.sort(np.concatenate(train)) if train else empty
+    test = np.sort(np.concatenate(test)) if test else empty
+    return train, test
+
+
+def sample_groups(dataset: Dataset, count: int, rng: np.random.Generator, name="count") -> Dataset:
+    """``dataset`` restricted to ``count`` of its training groups (FEMNIST's writers), drawn
+    uniformly without replacement by ``rng.choice(ids, count, replace=False)`` over the sorted
+    group ids: the chosen groups' training and test samples, in their order, with the groups
+    renumbered 0… in increasing original id. LEAF and DivFL sample writers this way before
+    splitting ("--sf", DivFL's 200 FEMNIST writers); ``name`` names ``count`` in errors."""
+    if dataset.groups_train is None:
+        raise ValueError(f"{name}: dataset {dataset.name!r} has no writers (groups) to sample")
+    ids = np.unique(dataset.groups_train)
+    if not isinstance(count, int | np.integer) or not 1 <= count <= ids.size:
+        raise ValueError(
+            f"{name} must be an integer in [1, {ids.size}] (the writers of {dataset.name}), "
+            f"got {count!r}"
+        )
+    chosen = np.sort(rng.choice(ids, int(count), replace=False))
+    train = np.isin(dataset.groups_train, chosen)
+    test = np.isin(dataset.groups_test, chosen)
+    return dataset._replace(
+        x_train=dataset.x_train[train],
+        y_train=dataset.y_train[train],
+        x_test=dataset.x_test[test],
+        y_test=dataset.y_test[test],
+        groups_train=np.searchsorted(chosen, dataset.groups_train[train]).astype(np.int32),
+        groups_test=np.searchsorted(chosen, dataset.groups_test[test]).astype(np.int32),
+    )
+
+
+def _has_parquet(data_dir) -> bool:
+    root = Path(data_dir).expanduser()
+    return root.is_dir() and any(p.is_file() for p in root.rglob("*.parquet"))
 
 
 def load_digits() -> Dataset:
@@ -112,14 +220,14 @@ def load_digits() -> Dataset:
     x_train, x_test, y_train, y_test = train_test_split(
         x, y, test_size=0.2, stratify=y, random_state=0
     )
-    return Dataset("digits", x_train, y_train, x_test, y_test, NUM_CLASSES)
+    return Dataset("digits", x_train, y_train, x_test, y_test, NUM_CLASSES, source="scikit-learn")
 
 
 def load_mnist(data_dir: str | os.PathLike | None) -> Dataset:
     """MNIST from the four IDX files ``MNIST_FILES`` (each plain or ``.gz``).
 
     Read from ``data_dir``, or from ``data_dir/MNIST/raw`` (torchvision's layout) when they are
-    not directly there. 60000 training and 10000 test images, f32[n, 28, 28, 1].
+    not directly there. 60000 training and 10000 test images, u8[n, 28, 28, 1].
     """
     return _load_idx_dataset("mnist", data_dir)
 
@@ -129,7 +237,7 @@ def load_fashion_mnist(data_dir: str | os.PathLike | None) -> Dataset:
 
     The files have the same names and format as MNIST's. Read from ``data_dir``, or from
     ``data_dir/FashionMNIST/raw`` (torchvision's layout) when they are not directly there.
-    60000 training and 10000 test images, f32[n, 28, 28, 1].
+    60000 training and 10000 test images, u8[n, 28, 28, 1].
     """
     return _load_idx_dataset("fashion_mnist", data_dir)
 
@@ -139,7 +247,7 @@ def load_cifar10(data_dir: str | os.PathLike | None) -> Dataset:
 
     Read from ``data_dir/cifar-10-batches-py`` (where extracting ``cifar-10-python.tar.gz`` in
     ``data_dir`` puts them) or directly from ``data_dir``. 50000 training and 10000 test images,
-    f32[n, 32, 32, 3] (NHWC; the files store each image channel-major).
+    u8[n, 32, 32, 3] (NHWC; the files store each image channel-major).
     """
     directory = _find_files(
         "cifar10",
@@ -156,7 +264,7 @@ def load_cifar10(data_dir: str | os.PathLike | None) -> Dataset:
     x_train = np.concatenate([x for x, _ in batches[:-1]])
     y_train = np.concatenate([y for _, y in batches[:-1]])
     x_test, y_test = batches[-1]
-    return Dataset("cifar10", x_train, y_train, x_test, y_test, NUM_CLASSES)
+    return Dataset("cifar10", x_train, y_train, x_test, y_test, NUM_CLASSES, source=str(directory))
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -185,7 +293,7 @@ def _load_idx_dataset(name: str, data_dir) -> Dataset:
     paths = [_plain_or_gz(directory / file) for file in MNIST_FILES]
     x_train, y_train = _read_idx_pair(paths[0], paths[1])
     x_test, y_test = _read_idx_pair(paths[2], paths[3])
-    return Dataset(name, x_train, y_train, x_test, y_test, NUM_CLASSES)
+    return Dataset(name, x_train, y_train, x_test, y_test, NUM_CLASSES, source=str(directory))
 
 
 def _read_idx_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -198,9 +306,7 @@ def _read_idx_pair(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np
             f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels"
         )
     _check_labels(labels_path, labels)
-    x = images[..., None].astype(np.float32)
-    x /= 255
-    return x, labels.astype(np.int32)
+    return images[..., None], labels.astype(np.int32)
 
 
 def _read_idx_expecting(path: Path, magic: int, what: str) -> np.ndarray:
@@ -264,7 +370,7 @@ def _plain_or_gz(path: Path) -> Path:
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(f32[n, 32, 32, 3], i32[n]) of one pickle batch."""
+    """(u8[n, 32, 32, 3], i32[n]) of one pickle batch."""
     # The standard format is a Python pickle, and unpickling can run arbitrary code: only load
     # files you trust (e.g. the archive from the CIFAR-10 website).
     try:
@@ -296,8 +402,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DatasetError(f"{path}: {len(data)} images but {len(labels)} labels")
     _check_labels(path, labels)
     # Each row is channel-major (1024 R, then G, then B; each row-major 32×32): NCHW -> NHWC.
-    x = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).astype(np.float32)
-    x /= 255
+    x = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
     return x, labels.astype(np.int32)
 
 
@@ -328,7 +433,7 @@ def _find_files(name, data_dir, files, *, subdirs, plain_or_gz, source) -> Path:
     if data_dir is None:
         raise DatasetError(
             f"dataset {name!r} needs a data directory (data_dir, --data-dir on the command line) "
-            f"holding {listing}. {source} Nothing is downloaded."
+            f"holding {listing}. {source}"
         )
     root = Path(data_dir).expanduser()
     if not root.is_dir():
@@ -349,5 +454,5 @@ def _find_files(name, data_dir, files, *, subdirs, plain_or_gz, source) -> Path:
     also = f" (also searched {others})" if others else ""
     raise DatasetError(
         f"dataset {name!r}: missing {absent} in {directory}{also}. "
-        f"Expected files: {listing}. {source} Nothing is downloaded."
+        f"Expected files: {listing} (or the Parquet files of its Hugging Face copy). {source}"
     )

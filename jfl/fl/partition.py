@@ -42,7 +42,7 @@ class Partition(NamedTuple):
 
 
 class ClientData(NamedTuple):
-    x: np.ndarray  # f32[N, S, *sample_shape]  zero padding after count
+    x: np.ndarray  # u8 (uint8 images) or f32[N, S, *sample_shape]  zero padding after count
     y: np.ndarray  # i32[N, S]  0 padding
     mask: np.ndarray  # bool[N, S]  True for real samples
     count: np.ndarray  # i32[N]
@@ -549,7 +549,9 @@ def stack_clients(x, y, partition: Partition, pad_to: int | None = None) -> Clie
     mask = np.arange(width) < count[:, None]
     safe = np.where(mask, padded, 0)
     sample_mask = mask.reshape(mask.shape + (1,) * (x.ndim - 1))
-    xs = np.where(sample_mask, x[safe].astype(np.float32), np.float32(0))
+    # uint8 images stay uint8 (the training step scales them); anything else becomes float32.
+    dtype = np.uint8 if x.dtype == np.uint8 else np.float32
+    xs = np.where(sample_mask, x[safe].astype(dtype), np.zeros((), dtype))
     ys = np.where(mask, y[safe].astype(np.int32), np.int32(0))
     return ClientData(x=xs, y=ys, mask=mask, count=count)
 

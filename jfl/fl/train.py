@@ -57,11 +57,11 @@ class FederatedData(NamedTuple):
     configuration picks its partition with the traced hyperparameter ``partition``.
     """
 
-    x: jax.Array  # f[P, N, S, *sample_shape]  clients' samples, zero padding after count
+    x: jax.Array  # u8 or f32[P, N, S, *sample_shape]  clients' samples, zero padding after count
     y: jax.Array  # i[P, N, S]
     mask: jax.Array  # bool[P, N, S]  True for real samples (each client's come first)
     count: jax.Array  # i[P, N]  samples per client
-    x_test: jax.Array  # f[n_test, *sample_shape]
+    x_test: jax.Array  # u8 or f32[n_test, *sample_shape]  (``pixels`` makes both f32)
     y_test: jax.Array  # i[n_test]
 
 
@@ -444,7 +444,7 @@ def make_learner(
     )
 
     def apply_fn(params, x):
-        return model.apply({"params": params}, x)
+        return model.apply({"params": params}, pixels(x))
 
     def init(key, data: FederatedData, hparams) -> LearnerState:
         del data, hparams
@@ -617,7 +617,8 @@ def evaluate_model(apply_fn, params, data: FederatedData) -> dict:
     size = min(num_test, EVAL_BATCH)
     num_batches = math.ceil(num_test / size)
     padding = num_batches * size - num_test
-    x = jnp.concatenate([data.x_test, jnp.zeros((padding, *data.x_test.shape[1:]))])
+    filler = jnp.zeros((padding, *data.x_test.shape[1:]), data.x_test.dtype)
+    x = jnp.concatenate([data.x_test, filler])
     y = jnp.concatenate([data.y_test, jnp.zeros(padding, data.y_test.dtype)])
     valid = jnp.arange(num_batches * size) < num_test
 
@@ -638,6 +639,15 @@ def evaluate_model(apply_fn, params, data: FederatedData) -> dict:
         "accuracy": pairwise_sum(correct.reshape(-1)) / num_test,
         "test_loss": pairwise_sum(losses.reshape(-1)) / num_test,
     }
+
+
+def pixels(x: jax.Array) -> jax.Array:
+    """The model's f32 input: uint8 images (0–255, as ``jfl.fl.data`` keeps them) scaled to
+    [0, 1] here, in the step, so the clients' data stay a quarter of their float32 size; float
+    inputs pass unchanged."""
+    if x.dtype == jnp.uint8:
+        return x.astype(jnp.float32) / 255
+    return x
 
 
 def model_footprint(model, sample_shape) -> tuple[int, int]:

@@ -543,6 +543,9 @@ def test_stack_clients_gathers_pads_and_masks():
         np.testing.assert_array_equal(data.x[i, :c], x[idx].astype(np.float32))
         np.testing.assert_array_equal(data.y[i, :c], y[idx])
         assert np.all(data.x[i, c:] == 0) and np.all(data.y[i, c:] == 0)
+    pixels = stack_clients((x * 100).astype(np.uint8), y, part)  # images stay uint8
+    assert pixels.x.dtype == np.uint8
+    np.testing.assert_array_equal(pixels.x[0, :3], (x[[3, 7, 1]] * 100).astype(np.uint8))
     wide = stack_clients(x, y, part, pad_to=5)
     assert wide.x.shape == (3, 5, 3, 2) and wide.mask.shape == (3, 5)
     np.testing.assert_array_equal(wide.x[:, :3], data.x)
