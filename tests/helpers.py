@@ -372,3 +372,59 @@ def assert_same_configurations(small, large, keys: Sequence[str]) -> None:
         np.testing.assert_array_equal(variable.to_numpy(), other.to_numpy(), err_msg=name)
         compared += 1
     assert compared >= 5, compared
+
+
+# --------------------------------------------------------------------------- Hugging Face files
+
+# The Hub repositories' Parquet file names (jfl.fl.hub.HUB_DATASETS), one file per split.
+HUB_LAYOUT = {
+    "mnist": "mnist/{split}-00000-of-00001.parquet",
+    "fashion_mnist": "fashion_mnist/{split}-00000-of-00001.parquet",
+    "cifar10": "plain_text/{split}-00000-of-00001.parquet",
+    "femnist": "data/{split}-00000-of-00001.parquet",
+}
+
+
+def write_hub_parquet(directory: Path, name: str, sizes: Mapping[str, int], seed: int = 0) -> dict:
+    """Tiny Parquet files of dataset ``name`` as its Hugging Face repository holds them (the same
+    columns and features: PNG images, class labels, FEMNIST's writer names), one per split of
+    ``sizes``; returns each split's arrays (images u8[n, H, W, C], labels, writer names)."""
+    import datasets
+
+    from jfl.fl.hub import HUB_DATASETS
+
+    spec = HUB_DATASETS[name]
+    shape = (32, 32, 3) if name == "cifar10" else (28, 28)
+    rng = np.random.default_rng(seed)
+    written = {}
+    for split, n in sizes.items():
+        images = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+        labels = rng.integers(0, spec.num_classes, n)
+        columns = {spec.image: list(images), spec.label: labels.tolist()}
+        features = {
+            spec.image: datasets.Image(),
+            spec.label: datasets.ClassLabel(num_classes=spec.num_classes),
+        }
+        writers = None
+        if spec.group:
+            writers = np.array([f"f{k:04d}_{k % 100:02d}" for k in rng.integers(0, 7, n)])
+            columns[spec.group] = writers.tolist()
+            features[spec.group] = datasets.Value("string")
+        table = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+        path = directory / HUB_LAYOUT[name].format(split=split)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_parquet(str(path))
+        written[split] = (images.reshape(n, *shape[:2], -1), labels, writers)
+    return written
+
+
+def write_hub_cache(cache: Path, name: str, sizes: Mapping[str, int], seed: int = 0) -> dict:
+    """``write_hub_parquet`` into a Hugging Face cache's snapshot of ``name``'s repository (the
+    layout ``huggingface_hub`` leaves: refs/main naming the snapshot's commit)."""
+    from jfl.fl.hub import HUB_DATASETS
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / ("datasets--" + HUB_DATASETS[name].repo.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return write_hub_parquet(repo / "snapshots" / commit, name, sizes, seed)
