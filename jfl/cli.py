@@ -141,22 +141,47 @@ def fail(prog: str, message: str) -> None:
 
 
 def parse(config_type, argv=None, prog: str | None = None):
-    """The config that ``argv`` describes (``--help`` prints the flags and exits 0)."""
+    """The config that ``argv`` describes (``--help`` prints the flags and exits 0).
+
+    ``--setting NAME``, where the config type has ``presets`` (a mapping of names to configs),
+    starts from that config: its values are the defaults, and the other flags override them.
+    """
     prog = prog or Path(sys.argv[0]).name
+    args = list(sys.argv[1:] if argv is None else argv)
+    default = setting_default(config_type, args, prog)
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
             return tyro.cli(
                 config_type,
-                args=list(sys.argv[1:] if argv is None else argv),
+                args=args,
                 prog=prog,
                 description=config_type.__doc__,
+                default=default,
             )
     except SystemExit as exit:
         if exit.code:
             fail(prog, _one_line(captured.getvalue()) + _did_you_mean(captured.getvalue()))
         sys.stderr.write(captured.getvalue())
         raise
+
+
+def setting_default(config_type, args: list[str], prog: str):
+    """The config of the ``--setting`` named in ``args`` (the last one given), None without one
+    (or where ``config_type`` has no ``presets``); an unknown name fails with one line."""
+    presets = getattr(config_type, "presets", None)
+    if not presets:
+        return None
+    names = [
+        arg.split("=", 1)[1] if arg.startswith("--setting=") else args[i + 1]
+        for i, arg in enumerate(args)
+        if arg.startswith("--setting=") or (arg == "--setting" and i + 1 < len(args))
+    ]
+    if not names:
+        return None
+    if names[-1] not in presets:
+        fail(prog, f"--setting must be one of {sorted(presets)}, got {names[-1]!r}")
+    return presets[names[-1]]
 
 
 def _did_you_mean(panel: str) -> str:

@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import ClassVar, Literal
 
+import numpy as np
+
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
@@ -50,6 +52,9 @@ SELECTION_METHODS = (
     "rbcsf",
     "fedcs",
 )
+# The data splits of ``--partition`` (jfl.fl.partition: dirichlet_by_class or iid, shards,
+# natural).
+SPLITS = ("dirichlet", "shards", "natural")
 SELECTION_TRAINING = FederatedTraining(lr=(0.3,), eval_every=5, target_accuracy=0.8)
 
 
@@ -76,11 +81,22 @@ class FlSelection(RbcsfScenario):
             --model fashion_cnn --rounds 300 --seeds 8
     """
 
+    setting: str = ""
+    """a paper's benchmark as defaults that the other flags override: fedcor_fmnist,
+    pow_d_fmnist, femnist, fedxplore_cifar10 (CPU sizes), each with _full (the paper's size, for
+    an accelerator); docs/reproductions/federated-training.md#benchmark-settings"""
     policies: Names = SELECTION_METHODS
     """registered policies (any that runs on rbcsf: see docs/methods.md)"""
+    partition: Names = ("dirichlet",)
+    """data splits, a list: dirichlet (each class dealt in Dir(α) proportions, one split per
+    --dirichlet), shards (sorted by label, --shards shards per client; McMahan et al.),
+    natural (one client per writer: femnist, --clients writers)"""
     dirichlet: Concentrations = (0.1, 0.3, 1.0)
-    """data split: the concentration α > 0 of the per-class Dirichlet split over clients, or
-    'iid' (a list; not RBCS-F's --alpha)"""
+    """--partition dirichlet: the concentration α > 0 of the per-class Dirichlet split over
+    clients, or 'iid' (a list; not RBCS-F's --alpha)"""
+    shards: Floats = (2.0,)
+    """--partition shards: shards per client, integers ≥ 1 (McMahan's 2, FedCor's 1 or 2; a
+    list)"""
     min_samples: int = 1
     """training samples every client holds at least: the Dirichlet split is redrawn until it
     does (0: as first drawn, clients may hold none)"""
@@ -109,14 +125,20 @@ class FlSelection(RbcsfScenario):
     trains: ClassVar[bool] = True
     title: ClassVar[str] = "Client selection methods"
     summary_columns: ClassVar[tuple[str, ...]] = (
-        *"policy aggregation dirichlet d sigma V".split(),
+        *"policy aggregation split d sigma V".split(),
         *ACCURACY_COLUMNS,
         "final_test_loss",
     )
 
     read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
+    # ``--setting``'s configs (``SETTINGS``, below the class).
+    presets: ClassVar[Mapping[str, FlSelection]] = {}
 
     def check(self) -> None:
+        if self.setting and self.setting not in self.presets:
+            raise ValueError(
+                f"--setting must be one of {sorted(self.presets)}, got {self.setting!r}"
+            )
         super().check()
         self.training.check(self.rounds)
         for flag, values in (("--d", self.d), ("--sigma", self.sigma), ("--V", self.V)):
@@ -125,7 +147,7 @@ class FlSelection(RbcsfScenario):
             if d != 0:  # 0: the default 2m
                 d = int(d) if float(d).is_integer() else d
                 checks.integer("--d", d, self.m, self.clients, "--clients")
-        checks.distinct("--dirichlet", self.dirichlet)
+        self.check_partitions()
         checks.integer("--min-samples", self.min_samples, 0)
         if self.delta_zeta != "gradient" and "delta" not in self.policies:
             raise ValueError(
@@ -134,6 +156,47 @@ class FlSelection(RbcsfScenario):
             )
         if not self.round_deadline > 0:
             raise ValueError(f"--round-deadline must be > 0 or inf, got {self.round_deadline}")
+
+    def check_partitions(self) -> None:
+        """``--partition`` and the flags of the splits it names."""
+        for name in self.partition:
+            checks.choice("--partition", name, SPLITS)
+        checks.distinct("--partition", self.partition)
+        checks.distinct("--dirichlet", self.dirichlet)
+        checks.distinct("--shards", self.shards)
+        for s in self.shards:
+            checks.integer("--shards", s)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for flag, name in (("--dirichlet", "dirichlet"), ("--shards", "shards")):
+            if getattr(self, name) != defaults[name] and name not in self.partition:
+                raise ValueError(f"{flag} is read by --partition {name}: add it or drop {flag}")
+        if "natural" in self.partition and self.training.dataset != "femnist":
+            raise ValueError(
+                "--partition natural makes a client of each writer: it needs --dataset femnist, "
+                f"not {self.training.dataset}"
+            )
+
+    def splits(self) -> list[tuple[str, float, str, dict]]:
+        """Each data split of the sweep: (label, Dirichlet α or inf for iid or nan, partition
+        name, its options)."""
+        splits = []
+        for kind in self.partition:
+            if kind == "dirichlet":
+                for alpha in self.dirichlet:
+                    if math.isinf(alpha):
+                        splits.append(("iid", alpha, "iid", {}))
+                    else:
+                        options = {"concentration": alpha, "min_samples": self.min_samples}
+                        splits.append(
+                            (f"dirichlet {alpha:g}", alpha, "dirichlet_by_class", options)
+                        )
+            elif kind == "shards":
+                for s in self.shards:
+                    options = {"shards_per_client": int(s)}
+                    splits.append((f"{int(s)} shards", math.nan, "shards", options))
+            else:
+                splits.append(("natural", math.nan, "natural", {}))
+        return splits
 
     def grid(self) -> dict[str, list[float]]:
         """RBCS-F's grid plus Power-of-Choice's d, E3CS's σ and DELTA's scale of ζ."""
@@ -148,30 +211,39 @@ class FlSelection(RbcsfScenario):
         env, params = super().environment_params()
         return env, params.replace(round_deadline=float(self.round_deadline))
 
-    def partitions(self, labels):
-        """One partition per α (IID for ∞), all from ``--partition-seed``, every client with at
-        least ``--min-samples`` samples (docs/decisions.md#by-class-min-samples)."""
+    def partitions(self, dataset):
+        """One partition per split (``splits``), all from ``--partition-seed``; a Dirichlet
+        split's clients hold at least ``--min-samples`` samples
+        (docs/decisions.md#by-class-min-samples), a natural split's clients are the writers."""
         partitions = []
-        for alpha in self.dirichlet:
-            if math.isinf(alpha):
-                name, options = "iid", {}
-            else:
-                name = "dirichlet_by_class"
-                options = {"concentration": alpha, "min_samples": self.min_samples}
+        for _, _, name, options in self.splits():
+            if name == "natural":
+                writers = len(np.unique(dataset.groups_train))
+                if writers != self.clients:
+                    raise ValueError(
+                        f"--partition natural makes a client of each of the {writers} writers "
+                        f"of {dataset.name}: give --clients {writers}, or sample --writers "
+                        f"{self.clients}"
+                    )
+                options = {"groups": dataset.groups_train}
+            labels = dataset.y_train
             partitions.append(self.training.partition(name, labels, self.clients, **options))
         return partitions
 
     def plan(self) -> Plan:
         from jfl.sweep import config_table
 
+        splits = self.splits()
         configs = config_table(
-            self.policies, self.grid(), shared=self.training.columns(len(self.dirichlet))
+            self.policies, self.grid(), shared=self.training.columns(len(splits))
         )
         configs = with_queue_rate(configs, self.beta[0])
-        configs.insert(1, "dirichlet", [self.dirichlet[int(i)] for i in configs["partition"]])
+        index = configs["partition"].astype(int)
+        configs.insert(1, "split", [splits[i][0] for i in index])
+        configs.insert(2, "dirichlet", [splits[i][1] for i in index])
         configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
-        return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset.y_train))
+        return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset))
 
     def metrics(self, ds) -> dict:
         """The test loss at the last evaluation, per run."""
@@ -179,4 +251,87 @@ class FlSelection(RbcsfScenario):
 
     def figures(self, ds, summary, folder) -> None:
         for variable in ("accuracy", "test_loss"):
-            write_figures(ds, folder, self.title, ("dirichlet", "learning_rate"), self.ci, variable)
+            write_figures(ds, folder, self.title, ("split", "learning_rate"), self.ci, variable)
+
+
+def _setting(name: str, training: dict, **fields) -> FlSelection:
+    """``FlSelection`` with ``fields`` and the training settings ``training`` overriding its
+    defaults, named ``name``."""
+    base = FlSelection()
+    training = dataclasses.replace(base.training, **training)
+    return dataclasses.replace(base, setting=name, training=training, **fields)
+
+
+def _fedcor_fmnist(name: str, rounds: int, seeds: int) -> FlSelection:
+    """FedCor's FMNIST benchmark (Tang et al., CVPR 2022; the authors' README command): N = 100,
+    m = 5 (``--frac=0.05``), Dirichlet 0.2 and 2 shards per client, the MLP [64, 30], SGD at
+    5e-3, 3 local epochs of batch 64, a plain average of the selected (``average_weights(...,
+    omega=None)``) for every method; pow-d's d = 10."""
+    return _setting(
+        name,
+        dict(dataset="fashion_mnist", model="fedcor_mlp", lr=(5e-3,), epochs=3, batch_size=64,
+             aggregation=("uniform",), eval_every=10),
+        policies=("fedcor", "random", "pow_d"), partition=("dirichlet", "shards"),
+        dirichlet=(0.2,), shards=(2.0,), d=(10.0,), clients=100, m=5, rounds=rounds, seeds=seeds,
+    )  # fmt: skip
+
+
+def _pow_d_fmnist(name: str, rounds: int, seeds: int) -> FlSelection:
+    """Power-of-Choice's FMNIST benchmark (Cho, Wang and Joshi, AISTATS 2022; the authors'
+    supplementary launch line): K = 100, m = 3, each class dealt in Dir(α) proportions with
+    α ∈ {0.3, 2} and every client holding at least 10 samples, the MLP [64, 30], SGD at 0.005,
+    τ = 30 local iterations of batch 64, the m updates averaged (``weight = 1/args.size``);
+    rand against pow-d, cpow-d and rpow-d with d ∈ {6, 9, 15}."""
+    return _setting(
+        name,
+        dict(dataset="fashion_mnist", model="fedcor_mlp", lr=(5e-3,), local_steps=30,
+             batch_size=64, eval_every=10),
+        policies=("proportional", "pow_d", "cpow_d", "rpow_d"), dirichlet=(0.3, 2.0),
+        min_samples=10, d=(6.0, 9.0, 15.0), clients=100, m=3, rounds=rounds, seeds=seeds,
+    )  # fmt: skip
+
+
+def _femnist(name: str, writers: int, rounds: int, seeds: int) -> FlSelection:
+    """FEMNIST by writer (LEAF, Caldas et al. 2018): each sampled writer a client, its samples
+    split 90/10 into train and test, LEAF's CNN, FedAvg at LEAF's rate 0.004, batch 10, one
+    local epoch, 10 clients a round."""
+    return _setting(
+        name,
+        dict(dataset="femnist", model="leaf_cnn", padding="same", lr=(4e-3,), epochs=1,
+             batch_size=10, writers=writers, eval_every=10, target_accuracy=0.7),
+        policies=("random", "pow_d", "fedcor", "divfl", "delta"), partition=("natural",),
+        clients=writers, m=10, rounds=rounds, seeds=seeds,
+    )  # fmt: skip
+
+
+def _fedxplore_cifar10(name: str, rounds: int, seeds: int, local_steps: int | None) -> FlSelection:
+    """FedXplore's published client-selection comparison (ispras/FedXplore
+    docs/client_selection.md): CIFAR-10, N = 100, 25 a round, each class dealt in Dir(0.1)
+    proportions, ResNet-18 (here with GroupNorm), one local epoch of batch 32 with SGD at 0.003
+    (its script's optimizer), FedAvg by data size; uniform, pow-d (d = 10), FedCor and DELTA."""
+    return _setting(
+        name,
+        dict(dataset="cifar10", model="resnet18_gn", padding="same", lr=(3e-3,), epochs=1,
+             batch_size=32, local_steps=local_steps, aggregation=("data_size",),
+             eval_every=max(rounds // 10, 1), target_accuracy=0.7),
+        policies=("random", "pow_d", "fedcor", "delta"), dirichlet=(0.1,), d=(10.0,),
+        clients=100, m=25, rounds=rounds, seeds=seeds,
+    )  # fmt: skip
+
+
+# ``--setting``: each paper's benchmark at a CPU size and at its own size (``_full``, for an
+# accelerator); docs/reproductions/federated-training.md#benchmark-settings gives the sources,
+# what differs from the authors' code, and the run times.
+SETTINGS = {
+    "fedcor_fmnist": _fedcor_fmnist("fedcor_fmnist", rounds=100, seeds=4),
+    "fedcor_fmnist_full": _fedcor_fmnist("fedcor_fmnist_full", rounds=500, seeds=5),
+    "pow_d_fmnist": _pow_d_fmnist("pow_d_fmnist", rounds=100, seeds=4),
+    "pow_d_fmnist_full": _pow_d_fmnist("pow_d_fmnist_full", rounds=300, seeds=8),
+    "femnist": _femnist("femnist", writers=200, rounds=50, seeds=2),
+    "femnist_full": _femnist("femnist_full", writers=3500, rounds=2000, seeds=8),
+    "fedxplore_cifar10": _fedxplore_cifar10("fedxplore_cifar10", rounds=4, seeds=1, local_steps=2),
+    "fedxplore_cifar10_full": _fedxplore_cifar10(
+        "fedxplore_cifar10_full", rounds=200, seeds=8, local_steps=None
+    ),
+}
+FlSelection.presets = SETTINGS

@@ -60,7 +60,8 @@ class FederatedTraining:
     """femnist: a seeded sample of this many writers (DivFL's 200; train and test samples of
     the others dropped); None: every writer"""
     model: str = "logistic"
-    """one of logistic, fashion_cnn, cifar_cnn"""
+    """one of logistic, fashion_cnn, cifar_cnn, fedcor_mlp, fedcor_cnn, mcmahan_cnn, leaf_cnn,
+    resnet18_gn"""
     padding: str = "valid"
     """CNN padding: valid (LeNet's; inputs of at least 16×16) or same (any size, e.g. digits)"""
     epochs: int = 1
@@ -308,7 +309,7 @@ def write_figures(
                 against=against,
                 configs=shown,
                 title=f"{title} {label}".strip(),
-                exclude=("policy", "queue_rate", "partition", *scenario_columns),
+                exclude=("policy", "queue_rate", "partition", "dirichlet", *scenario_columns),
                 method=method,
                 variable=variable,
             )
@@ -322,7 +323,10 @@ def scenario_label(ds, config: int, columns=("learning_rate",)) -> str:
             continue
         values = np.unique(ds[name].to_numpy())
         if len(values) > 1:
-            value = float(ds[name].to_numpy()[config])
+            value = ds[name].to_numpy()[config]
+            if isinstance(value, str):  # a label such as "dirichlet 0.1"
+                parts.append(value)
+                continue
             short = "lr" if name == "learning_rate" else name
-            parts.append(f"{short}={'iid' if math.isinf(value) else f'{value:g}'}")
+            parts.append(f"{short}={'iid' if math.isinf(value) else f'{float(value):g}'}")
     return " ".join(parts)

@@ -134,10 +134,16 @@ def _read_split(name: str, paths: list[Path]):
 
     datasets = _import("datasets", name)
     spec = HUB_DATASETS[name]
+    quiet = not datasets.utils.are_progress_bars_disabled()
+    if quiet:  # its per-split bars would interleave with the sweep's own
+        datasets.disable_progress_bars()
     try:
         table = datasets.load_dataset("parquet", data_files=[str(p) for p in paths], split="train")
     except Exception as e:  # pyarrow and datasets raise many kinds on a broken file
         raise DatasetError(f"{paths[0]}: not a readable Parquet file ({type(e).__name__})") from e
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
     columns = [spec.image, spec.label] + ([spec.group] if spec.group else [])
     absent = [c for c in columns if c not in table.column_names]
     if absent:
