@@ -1,7 +1,10 @@
 """Flax models (jfl.fl.models): output shapes, parameter counts from the architectures, vmap,
 padding and the smallest input.
 
-Parameter counts are derived by hand from the layers of RBCS-F §6.2.1 / COCS §VI. With "valid"
+Parameter counts are derived by hand from the layers of RBCS-F §6.2.1 / COCS §VI, and those of
+the other papers' models (FedCor, McMahan et al., LEAF, FLGo's ResNet-18) from their layers too;
+those models' logits and cross-entropy gradients are checked against plain ``jax.lax``
+references that read the same parameters. With "valid"
 padding (the default) each 5×5 convolution takes 4 off a side and each 2×2 pool halves it,
 rounding down: ⌊(⌊(H − 4)/2⌋ − 4)/2⌋ per side. With "same" padding only the pools change the
 size, rounding up: ⌈⌈H/2⌉/2⌉.
@@ -17,16 +20,23 @@ import numpy as np
 import pytest
 
 from jfl.fl.models import (
+    CNN,
     MODELS,
     CifarCNN,
     FashionCNN,
+    FedCorCNN,
+    FedCorMLP,
+    LeafCNN,
     LogisticRegression,
+    McMahanCNN,
+    ResNet18GN,
     check_input_shape,
     init_params,
     make_model,
     min_input_size,
     num_parameters,
 )
+from jfl.fl.train import model_footprint
 
 SHAPES = [(8, 8, 1), (28, 28, 1), (32, 32, 3)]
 SIDE_AFTER_POOLS = {
@@ -65,7 +75,7 @@ def test_fashion_cnn_count_on_fashion_mnist():
 
 CASES = [
     (name, shape, padding)
-    for name in sorted(MODELS)
+    for name in ("cifar_cnn", "fashion_cnn", "logistic")  # the other models: tests below
     for shape in SHAPES
     for padding in ("valid", "same")
     if not (name != "logistic" and padding == "valid" and shape == (8, 8, 1))
@@ -225,3 +235,361 @@ def test_runs_under_vmap_over_client_params(name, shape):
         np.testing.assert_allclose(out[i], single(own, xs[i]), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(shared[i], single(own, xs[0]), rtol=1e-4, atol=1e-5)
     assert not np.allclose(shared[0], shared[1])  # different keys, different clients
+
+
+# The models of the other client-selection papers: FedCor's MLP and CNN, McMahan et al.'s CNN,
+# LEAF's FEMNIST CNN and FLGo's ResNet-18 with GroupNorm, each on its paper's input.
+
+PAPER_MODELS = {  # name: (sample shape, classes, padding)
+    "fedcor_mlp": ((28, 28, 1), 10, "valid"),  # Fashion-MNIST
+    "fedcor_cnn": ((32, 32, 3), 10, "valid"),  # CIFAR-10, the authors' unpadded convolutions
+    "mcmahan_cnn": ((28, 28, 1), 10, "same"),  # MNIST, the paper's 1,663,370 parameters
+    "leaf_cnn": ((28, 28, 1), 62, "valid"),  # FEMNIST (its padding is fixed)
+    "resnet18_gn": ((32, 32, 3), 10, "valid"),  # CIFAR-10 (no padding to choose)
+}
+
+
+def resnet18_gn_parameters(classes: int) -> int:
+    """torchvision's ResNet-18 on 3 channels: 7×7 stem conv (no bias) and a norm (scale and
+    bias), 4 stages of 2 basic blocks (two 3×3 convs, each with a norm; a 1×1 projection with a
+    norm where the width changes), and the dense head."""
+
+    def block(c_in, c):
+        projection = c_in * c + 2 * c if c_in != c else 0
+        return 3 * 3 * c_in * c + 2 * c + 3 * 3 * c * c + 2 * c + projection
+
+    stem = 7 * 7 * 3 * 64 + 2 * 64
+    stages = (
+        block(64, 64) + block(64, 64)
+        + block(64, 128) + block(128, 128)
+        + block(128, 256) + block(256, 256)
+        + block(256, 512) + block(512, 512)
+    )  # fmt: skip
+    return stem + stages + 512 * classes + classes
+
+
+def dense(n_in: int, n_out: int) -> int:
+    """A dense layer's kernel and bias."""
+    return n_in * n_out + n_out
+
+
+def conv(k: int, c_in: int, c_out: int) -> int:
+    """A k×k convolution's kernel and bias."""
+    return k * k * c_in * c_out + c_out
+
+
+PAPER_COUNTS = {
+    # 784 inputs → 64 → 30 → 10
+    "fedcor_mlp": 784 * 64 + 64 + 64 * 30 + 30 + 30 * 10 + 10,
+    # 32 → conv 30 → pool 15 → conv 13 → pool 6 → conv 4: 4·4·64 dense inputs
+    "fedcor_cnn": (
+        conv(3, 3, 32) + conv(3, 32, 64) + conv(3, 64, 64) + dense(4 * 4 * 64, 64) + dense(64, 10)
+    ),
+    # 28 → 14 → 7 ("same" convolutions): 7·7·64 dense inputs
+    "mcmahan_cnn": conv(5, 1, 32) + conv(5, 32, 64) + dense(7 * 7 * 64, 512) + dense(512, 10),
+    # 28 → 14 → 7 (LEAF's "same" convolutions): 7·7·64 dense inputs, 62 classes
+    "leaf_cnn": conv(5, 1, 32) + conv(5, 32, 64) + dense(7 * 7 * 64, 2048) + dense(2048, 62),
+    "resnet18_gn": resnet18_gn_parameters(10),
+}  # fmt: skip
+
+
+def test_paper_counts_spelled_out():
+    """The closed forms agree with the counts the sources state: McMahan et al.'s 1,663,370,
+    torchvision's 11,689,512 for ResNet-18 less its 1000-class head, the Keras-tutorial CNN's
+    122,570, LEAF's 6.6 M."""
+    assert PAPER_COUNTS["fedcor_mlp"] == 52_500
+    assert PAPER_COUNTS["fedcor_cnn"] == 122_570
+    assert PAPER_COUNTS["mcmahan_cnn"] == 1_663_370
+    assert PAPER_COUNTS["leaf_cnn"] == 6_603_710
+    assert resnet18_gn_parameters(1000) == 11_689_512
+    assert PAPER_COUNTS["resnet18_gn"] == 11_689_512 - (512 * 1000 + 1000) + 512 * 10 + 10
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_MODELS))
+def test_paper_model_parameter_count(name):
+    """Shapes only (jax.eval_shape): one ``params`` collection (no batch statistics), the
+    closed-form count, and ``model_footprint`` (what a federated sweep sizes its memory by)
+    takes the model unchanged."""
+    shape, classes, padding = PAPER_MODELS[name]
+    model = make_model(name, classes, padding)
+    dummy = jax.ShapeDtypeStruct((1, *shape), jnp.float32)
+    variables = jax.eval_shape(model.init, jax.random.key(0), dummy)
+    assert set(variables) == {"params"}
+    assert num_parameters(variables["params"]) == PAPER_COUNTS[name]
+    assert model_footprint(model, shape)[0] == PAPER_COUNTS[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "padding", "count"),
+    [
+        # 28 → 24 → 12 → 8 → 4: 4·4·64 inputs
+        (
+            "mcmahan_cnn",
+            (28, 28, 1),
+            "valid",
+            conv(5, 1, 32) + conv(5, 32, 64) + dense(4 * 4 * 64, 512) + dense(512, K),
+        ),
+        # 32 → 32 → 16 → 16 → 8 → 8: 8·8·64 inputs
+        (
+            "fedcor_cnn",
+            (32, 32, 3),
+            "same",
+            conv(3, 3, 32)
+            + conv(3, 32, 64)
+            + conv(3, 64, 64)
+            + dense(8 * 8 * 64, 64)
+            + dense(64, K),
+        ),
+        # FedCor's CNN on Fashion-MNIST: 28 → 26 → 13 → 11 → 5 → 3
+        (
+            "fedcor_cnn",
+            (28, 28, 1),
+            "valid",
+            conv(3, 1, 32)
+            + conv(3, 32, 64)
+            + conv(3, 64, 64)
+            + dense(3 * 3 * 64, 64)
+            + dense(64, K),
+        ),
+        # LEAF keeps its own padding whatever is asked
+        (
+            "leaf_cnn",
+            (28, 28, 1),
+            "same",
+            conv(5, 1, 32) + conv(5, 32, 64) + dense(7 * 7 * 64, 2048) + dense(2048, K),
+        ),
+        # 8×8×1 through the ResNet (8 → 4 → 2 → 2 → 1 → 1 → 1): only the stem's kernel changes
+        ("resnet18_gn", (8, 8, 1), "same", resnet18_gn_parameters(K) - 7 * 7 * (3 - 1) * 64),
+        ("fedcor_mlp", (8, 8, 1), "same", dense(64, 64) + dense(64, 30) + dense(30, K)),
+    ],
+)
+def test_paper_model_other_inputs(name, shape, padding, count):
+    """Other inputs and paddings: the closed form at that size, logits f32[2, K]."""
+    model = make_model(name, K, padding)
+    params = jax.eval_shape(lambda key: init_params(model, key, shape), jax.random.key(0))
+    assert num_parameters(params) == count
+    x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
+    logits = jax.eval_shape(lambda p, x: model.apply({"params": p}, x), params, x)
+    assert logits.shape == (2, K) and logits.dtype == jnp.float32
+
+
+# Plain references: jax.lax convolutions and reductions, matmuls, and the group-norm formula,
+# reading the flax parameter tree; no flax module.
+
+
+def relu(x):
+    return jnp.maximum(x, 0.0)
+
+
+def ref_dense(p, x):
+    return x @ p["kernel"] + p["bias"]
+
+
+def ref_conv(p, x, stride=1, pad=0):
+    """Cross-correlation with ``pad`` zeros on each side; HWIO kernel, bias when it has one."""
+    y = jax.lax.conv_general_dilated(
+        x,
+        p["kernel"],
+        (stride, stride),
+        [(pad, pad), (pad, pad)],
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )
+    return y + p["bias"] if "bias" in p else y
+
+
+def ref_max_pool(x, window=2, stride=2, pad=0):
+    """Max over windows, ``pad`` cells of −inf on each side (PyTorch's padded max-pool)."""
+    pads = [(0, 0), (pad, pad), (pad, pad), (0, 0)]
+    return jax.lax.reduce_window(
+        x, -jnp.inf, jax.lax.max, (1, window, window, 1), (1, stride, stride, 1), pads
+    )
+
+
+def ref_group_norm(p, x, groups=2, eps=1e-5):
+    """torch.nn.GroupNorm: each sample's channels in ``groups`` contiguous groups, normalised by
+    the mean and (biased) variance over (H, W, C/groups), then scaled and shifted per channel."""
+    n, h, w, c = x.shape
+    g = x.reshape(n, h, w, groups, c // groups)
+    mean = g.mean(axis=(1, 2, 4), keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=(1, 2, 4), keepdims=True)
+    return ((g - mean) / jnp.sqrt(var + eps)).reshape(n, h, w, c) * p["scale"] + p["bias"]
+
+
+def ref_flatten(x):
+    return x.reshape(x.shape[0], -1)
+
+
+def ref_fedcor_mlp(p, x):
+    h = relu(ref_dense(p["dense1"], ref_flatten(x)))
+    h = relu(ref_dense(p["dense2"], h))
+    return ref_dense(p["out"], h)
+
+
+def ref_fedcor_cnn(p, x):
+    """Unpadded 3×3 convolutions; pool after the first two only."""
+    h = ref_max_pool(relu(ref_conv(p["conv1"], x)))
+    h = ref_max_pool(relu(ref_conv(p["conv2"], h)))
+    h = relu(ref_conv(p["conv3"], h))
+    h = relu(ref_dense(p["dense1"], ref_flatten(h)))
+    return ref_dense(p["out"], h)
+
+
+def ref_mcmahan_cnn(p, x):
+    """5×5 convolutions padded by 2 ("same"); the pools see even sides (28, 14): no padding."""
+    h = ref_max_pool(relu(ref_conv(p["conv1"], x, pad=2)))
+    h = ref_max_pool(relu(ref_conv(p["conv2"], h, pad=2)))
+    h = relu(ref_dense(p["dense1"], ref_flatten(h)))
+    return ref_dense(p["out"], h)
+
+
+def ref_leaf_cnn(p, x):
+    h = ref_max_pool(relu(ref_conv(p["conv1"], x, pad=2)))
+    h = ref_max_pool(relu(ref_conv(p["conv2"], h, pad=2)))
+    h = relu(ref_dense(p["dense1"], ref_flatten(h)))
+    return ref_dense(p["out"], h)
+
+
+def ref_basic_block(p, x, stride):
+    y = relu(ref_group_norm(p["norm1"], ref_conv(p["conv1"], x, stride, pad=1)))
+    y = ref_group_norm(p["norm2"], ref_conv(p["conv2"], y, pad=1))
+    if stride != 1:  # every width change of ResNet-18 comes with stride 2
+        x = ref_group_norm(p["down_norm"], ref_conv(p["down_conv"], x, stride))
+    return relu(y + x)
+
+
+def ref_resnet18_gn(p, x):
+    """torchvision's resnet18: 7×7/2 stem padded by 3, 3×3/2 max-pool padded by 1, 4 stages of
+    2 blocks, global mean, dense."""
+    h = relu(ref_group_norm(p["norm1"], ref_conv(p["conv1"], x, 2, pad=3)))
+    h = ref_max_pool(h, window=3, stride=2, pad=1)
+    for stage in range(1, 5):
+        for j in range(2):
+            h = ref_basic_block(p[f"layer{stage}_{j}"], h, 2 if stage > 1 and j == 0 else 1)
+    return ref_dense(p["fc"], h.mean(axis=(1, 2)))
+
+
+REFERENCES = {
+    "fedcor_mlp": ref_fedcor_mlp,
+    "fedcor_cnn": ref_fedcor_cnn,
+    "mcmahan_cnn": ref_mcmahan_cnn,
+    "leaf_cnn": ref_leaf_cnn,
+    "resnet18_gn": ref_resnet18_gn,
+}
+
+
+def cross_entropy(logits, y):
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def paper_model_step(name):
+    """Logits and cross-entropy gradients of ``name`` on a batch of 2 paper-shaped inputs, from
+    the flax model and from its reference, one compiled program for both. The parameters are
+    drawn with NumPy in the shapes flax gives (no compiled init): kernels N(0, 1/fan-in), and
+    biases, norm scales and shifts away from their 0 and 1 initialisations so that each one is
+    seen."""
+    shape, classes, padding = PAPER_MODELS[name]
+    model = make_model(name, classes, padding)
+    shapes = jax.eval_shape(lambda key: init_params(model, key, shape), jax.random.key(0))
+    rng = np.random.default_rng(0)
+
+    def draw(path, leaf):
+        kind = path[-1].key
+        if kind == "kernel":
+            std = 1 / np.sqrt(np.prod(leaf.shape[:-1]))
+            return (std * rng.standard_normal(leaf.shape)).astype(np.float32)
+        centre = 1.0 if kind == "scale" else 0.0
+        return (centre + 0.1 * rng.standard_normal(leaf.shape)).astype(np.float32)
+
+    params = jax.tree_util.tree_map_with_path(draw, shapes)
+    x = normal_inputs(1, (2, *shape))
+    y = np.array([1, classes - 1], np.int32)
+
+    def flax_forward(p, x):
+        return model.apply({"params": p}, x)
+
+    # XLA's CPU backend unoptimised: the program runs once, and compiling it is most of the time.
+    @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+    def step(params, x, y):
+        def grads_and_logits(forward):
+            def loss(p):
+                logits = forward(p, x)
+                return cross_entropy(logits, y), logits
+
+            (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+            return logits, grads
+
+        return grads_and_logits(flax_forward), grads_and_logits(REFERENCES[name])
+
+    (logits, grads), (ref_logits, ref_grads) = step(params, x, y)
+    return logits, grads, ref_logits, ref_grads
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_MODELS))
+def test_paper_model_matches_reference(name):
+    """Logits f32[2, classes] and every parameter's gradient equal the plain reference's."""
+    _, classes, _ = PAPER_MODELS[name]
+    logits, grads, ref_logits, ref_grads = paper_model_step(name)
+    assert logits.shape == (2, classes) and logits.dtype == jnp.float32
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-4, atol=1e-5)
+    assert jax.tree.structure(grads) == jax.tree.structure(ref_grads)
+    flat, _ = jax.tree_util.tree_flatten_with_path(grads)
+    for (path, grad), ref in zip(flat, jax.tree.leaves(ref_grads), strict=True):
+        scale = float(np.max(np.abs(ref)))
+        assert scale > 0, jax.tree_util.keystr(path)  # every parameter reaches the loss
+        np.testing.assert_allclose(
+            grad, ref, rtol=1e-3, atol=1e-4 * scale, err_msg=jax.tree_util.keystr(path)
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "padding", "need"),
+    [
+        ("fedcor_cnn", "valid", 18),  # 18 → 16 → 8 → 6 → 3 → 1
+        ("fedcor_cnn", "same", 1),
+        ("mcmahan_cnn", "valid", 16),
+        ("mcmahan_cnn", "same", 1),
+        ("leaf_cnn", "valid", 4),  # "same" convolutions, two flooring pools: 4 → 2 → 1
+        ("leaf_cnn", "same", 4),  # its padding is LEAF's whatever is asked
+        ("fedcor_mlp", "valid", 1),
+        ("resnet18_gn", "valid", 1),  # 1 → 1 through every padded stride-2 layer
+    ],
+)
+def test_paper_model_smallest_input(name, padding, need):
+    """``min_input_size`` is tight: ``need``×``need`` builds and gives logits, one pixel less
+    fails inside flax (ZeroDivisionError) and ``check_input_shape`` refuses it first, in one
+    line; "use --padding same" only where the padding is the user's to choose."""
+    model = make_model(name, K, padding)
+    assert min_input_size(model) == need
+
+    def build(shape):
+        params = jax.eval_shape(lambda key: init_params(model, key, shape), jax.random.key(0))
+        x = jax.ShapeDtypeStruct((1, *shape), jnp.float32)
+        return jax.eval_shape(lambda p, x: model.apply({"params": p}, x), params, x)
+
+    check_input_shape(model, (need, need, 1))
+    assert build((need, need, 1)).shape == (1, K)
+    if need == 1:
+        return
+    with pytest.raises(ZeroDivisionError):
+        build((need - 1, need, 1))
+    with pytest.raises(ValueError) as err:
+        check_input_shape(model, (need - 1, need, 1), "tiny")
+    message = str(err.value)
+    assert "\n" not in message
+    for part in (name, f"{need}×{need}", f"{need - 1}×{need}×1 (tiny)"):
+        assert part in message, part
+    assert ("use --padding same" in message) == (name != "leaf_cnn")
+
+
+def test_paper_model_classes():
+    assert set(PAPER_MODELS) == set(MODELS) - {"logistic", "fashion_cnn", "cifar_cnn"}
+    assert isinstance(make_model("fedcor_mlp", 10), FedCorMLP)
+    assert isinstance(make_model("fedcor_cnn", 10, "same"), FedCorCNN)
+    assert make_model("fedcor_cnn", 10, "same").padding == "same"
+    assert isinstance(make_model("mcmahan_cnn", 10), McMahanCNN)
+    assert isinstance(make_model("leaf_cnn", 62, "same"), LeafCNN)
+    assert isinstance(make_model("resnet18_gn", 10), ResNet18GN)
+    # Only the CNNs with a padding to choose are CNN (training records their padding).
+    assert isinstance(make_model("mcmahan_cnn", 10), CNN)
+    assert not isinstance(make_model("leaf_cnn", 62), CNN)
+    assert not isinstance(make_model("resnet18_gn", 10), CNN)
