@@ -308,13 +308,14 @@ def _fedxplore_cifar10(name: str, rounds: int, seeds: int, local_steps: int | No
     """FedXplore's published client-selection comparison (ispras/FedXplore
     docs/client_selection.md): CIFAR-10, N = 100, 25 a round, each class dealt in Dir(0.1)
     proportions, ResNet-18 (here with GroupNorm), one local epoch of batch 32 with SGD at 0.003
-    (its script's optimizer), FedAvg by data size; uniform, pow-d (d = 10), FedCor and DELTA."""
+    (its script's optimizer), FedAvg by data size; uniform, pow-d (d = 2m: its d = 10 is below m),
+    FedCor and DELTA."""
     return _setting(
         name,
         dict(dataset="cifar10", model="resnet18_gn", padding="same", lr=(3e-3,), epochs=1,
              batch_size=32, local_steps=local_steps, aggregation=("data_size",),
              eval_every=max(rounds // 10, 1), target_accuracy=0.7),
-        policies=("random", "pow_d", "fedcor", "delta"), dirichlet=(0.1,), d=(10.0,),
+        policies=("random", "pow_d", "fedcor", "delta"), dirichlet=(0.1,),
         clients=100, m=25, rounds=rounds, seeds=seeds,
     )  # fmt: skip
 

@@ -121,9 +121,10 @@ COMMON_BAD = [
     (["--rounds", "0"], "--rounds must be an integer >= 1"),
     (["--chunk-size", "0"], "--chunk-size must be an integer >= 1"),
     (["--resume", "--overwrite"], "exclude each other"),
-    # No --data-dir: the message says which files to provide.
-    (["--dataset", "mnist"], "needs a data directory"),
-    (["--dataset", "mnist"], ", ".join(f"{f}[.gz]" for f in MNIST_FILES)),
+    # Not in the Hugging Face cache (an empty one in the tests) and no --data-dir: the message
+    # names the command that fetches it.
+    (["--dataset", "mnist"], "not in the Hugging Face cache"),
+    (["--dataset", "mnist"], "hf download ylecun/mnist --repo-type dataset"),
 ]
 
 
