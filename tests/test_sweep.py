@@ -143,6 +143,18 @@ def test_chunk_sizes_fit_the_budget_and_the_devices():
     assert auto_chunk_size(100, 10, per_run, budget, devices=4) == 4
 
 
+def test_chunk_fits_counts_the_shared_data(monkeypatch):
+    """The clients' data (shared by every chunk, padded to the largest client) count once
+    beside the chunks in flight: a sweep whose runs fit is refused when the data do not."""
+    from jfl import sweep
+
+    monkeypatch.setattr(sweep, "free_memory", lambda: 10_000)
+    sweep.check_chunk_fits(2, 5, 100, auto=True)  # IN_FLIGHT · 2 · 5 · 100 = 2,000 bytes
+    sweep.check_chunk_fits(2, 5, 100, auto=True, shared_bytes=8_000)  # 10,000: fits
+    with pytest.raises(ValueError, match=r"5 seeds and 8\.01 kB of data need about 10 kB"):
+        sweep.check_chunk_fits(2, 5, 100, auto=True, shared_bytes=8_010)
+
+
 @pytest.mark.parametrize("devices", [1, 2, 4])
 def test_balanced_chunks_cover_every_configuration_once(devices):
     for num_configs in range(1, 60):

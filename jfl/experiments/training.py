@@ -63,7 +63,8 @@ class FederatedTraining:
     """one of logistic, fashion_cnn, cifar_cnn, fedcor_mlp, fedcor_cnn, mcmahan_cnn, leaf_cnn,
     resnet18_gn"""
     padding: str = "valid"
-    """CNN padding: valid (LeNet's; inputs of at least 16×16) or same (any size, e.g. digits)"""
+    """CNN padding: valid (LeNet's; inputs of at least 16×16, fedcor_cnn 18×18) or same (any
+    size, e.g. digits; McMahan's CNN as its paper counts it)"""
     epochs: int = 1
     """local epochs E ≥ 1 (when --local-steps is None)"""
     batch_size: int = 10

@@ -1,16 +1,26 @@
 """Federated training driven by the selection policies: data, partitions, Flax models, FedAvg.
 
 * ``jfl.fl.data`` — digits (default, ships with scikit-learn), MNIST, Fashion-MNIST, CIFAR-10
-  from local files;
-* ``jfl.fl.partition`` — IID, Dirichlet(γ₁), two labels per client, the CS-UCB-Q split;
-* ``jfl.fl.models`` — logistic regression and the papers' CNNs (Flax linen);
+  from local files or, with ``jfl.fl.hub``, from Hugging Face Parquet files (FEMNIST too, split
+  by writer);
+* ``jfl.fl.partition`` — IID, Dirichlet(γ₁), per-class Dirichlet(α), shards, natural (one client
+  per writer), two labels per client, the CS-UCB-Q split;
+* ``jfl.fl.models`` — logistic regression, the papers' CNNs and MLP, LEAF's CNN and ResNet-18 with
+  GroupNorm (Flax linen);
 * ``jfl.fl.train`` — local SGD vmapped over the selected clients, FedAvg and its hierarchical
   variant, as a ``Learner`` that ``jfl.runner.make_run(..., learner=...)`` drives.
 
 The experiments' training settings (``sweeps/fl_*.py``) are ``jfl.experiments.training``.
 """
 
-from jfl.fl.data import DATASETS, Dataset, DatasetError, load_dataset
+from jfl.fl.data import (
+    DATASETS,
+    Dataset,
+    DatasetError,
+    load_dataset,
+    sample_groups,
+    split_by_group,
+)
 from jfl.fl.models import MODELS, init_params, make_model
 from jfl.fl.partition import (
     PARTITIONS,
@@ -39,6 +49,8 @@ __all__ = [
     "make_learner",
     "make_model",
     "make_partition",
+    "sample_groups",
+    "split_by_group",
     "stack_clients",
     "weighted_average",
 ]
