@@ -4,6 +4,8 @@
     python bench/bench_fedavg.py --quick    # fewer rounds and repeats, for a smoke run
     python bench/bench_fedavg.py --accelerator   # larger grids, on a GPU or TPU
     python bench/bench_fedavg.py --signals       # only what each learner signal costs
+    python bench/bench_fedavg.py --benchmarks    # only the papers' benchmark shapes (minutes)
+    python bench/bench_fedavg.py --benchmarks --accelerator   # the same at their sizes
 
 Prints, for the same machine and the same run, for multinomial logistic regression and the
 RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a CPU run):
@@ -20,7 +22,21 @@ RBCS-F Fashion-MNIST CNN (on scikit-learn's 8×8 digits, so that the CNN fits a 
      ``grad_var``) the step computes beside the training;
   4. with --accelerator (instead of 1 to 3): ``sweeps/fl_rbcsf.py`` on its defaults as a
      process, and the vmapped grid at 64, 512 (and, logistic, 4,096) configurations in
-     config-rounds per second.
+     config-rounds per second;
+  5. with --benchmarks (instead of the others), the papers' benchmark shapes on synthetic uint8
+     data (the training step scales the pixels, ``jfl.fl.train.pixels``):
+     a. FEMNIST: W writers (3,597, and 200 as the CPU preset) of lognormal sizes with
+        FEMNIST's mean and LEAF's spread, one client per writer (the ``natural`` partition):
+        the device bytes of ``federated_data``'s padded client arrays in uint8 against float32,
+        the padding overhead (padded / real samples), and one FedAvg round of 10 writers with
+        LEAF's CNN (E = 1, batch 10, vmapped) — at W = 200 only on a CPU (3,597 is only
+        sized), at both with --accelerator;
+     b. FLGo's ResNet-18-GN on CIFAR-10 shapes (32×32×3): one FedAvg round of m clients, each
+        ``local_steps`` SGD steps of batch 32, vmapped (m = 4 and 2 steps on a CPU, m = 25 and
+        16 steps, about one epoch of a client's 500 samples, with --accelerator), in seconds a
+        round and per client-step, with the compile time and the parameter count.
+     --quick shrinks both (40 writers, 2 of them trained, 200 sized; 2 ResNet clients, 1 step
+     of batch 8).
 Timings are the best of several calls after a first (compiling) call. No number here is asserted
 anywhere; docs/benchmarks.md records a table from this script.
 """
@@ -41,7 +57,9 @@ from bench_rbcsf import best_time, machine
 
 from jfl.envs import RbcsfEnv
 from jfl.fl import federated_data, load_dataset, make_learner, make_model, make_partition
-from jfl.fl.train import local_sgd, weighted_average
+from jfl.fl.data import Dataset
+from jfl.fl.models import num_parameters
+from jfl.fl.train import local_sgd, pixels, weighted_average
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
 
@@ -227,15 +245,194 @@ def accelerator_section(quick: bool) -> None:
             print(f"{name:<14}{configs:>9,}{rounds:>8}{rate:>17,.1f}{compile_s:>11.1f}")
 
 
+# Section 5: the papers' benchmark shapes. FEMNIST's writer sizes: 817,851 samples over 3,597
+# writers (the full FEMNIST that LEAF's scripts read), with the spread of LEAF's Table 1 (3,550
+# writers after its filtering: 226.83 samples per writer, standard deviation 88.94).
+FEMNIST_SAMPLES, FEMNIST_WRITERS = 817_851, 3_597
+FEMNIST_MEAN, FEMNIST_CV = FEMNIST_SAMPLES / FEMNIST_WRITERS, 88.94 / 226.83
+FEMNIST_CLIP = (2, 700)  # samples per writer
+FEMNIST_SHAPE, FEMNIST_CLASSES = (28, 28, 1), 62
+CIFAR_SHAPE, CIFAR_CLASSES = (32, 32, 3), 10
+LEAF_LR, RESNET_LR = 4e-3, 3e-3  # LEAF's FEMNIST rate; FedXplore's CIFAR-10 SGD rate
+MIB = 2**20
+
+
+def writer_sizes(num_writers: int, seed: int = 0) -> np.ndarray:
+    """i64[W]: samples per writer, lognormal with FEMNIST's mean and LEAF's coefficient of
+    variation, rounded and clipped to ``FEMNIST_CLIP``."""
+    sigma2 = np.log1p(FEMNIST_CV**2)
+    mu = np.log(FEMNIST_MEAN) - sigma2 / 2  # E[lognormal] = exp(mu + sigma²/2)
+    sizes = np.random.default_rng(seed).lognormal(mu, np.sqrt(sigma2), num_writers)
+    return np.clip(np.rint(sizes), *FEMNIST_CLIP).astype(np.int64)
+
+
+def synthetic_femnist(num_writers: int, seed: int = 0) -> Dataset:
+    """FEMNIST's shapes with random content: uint8 28×28×1 images, 62 classes, ragged writers
+    (``writer_sizes``) as the groups, and a small test set."""
+    rng = np.random.default_rng(seed + 1)
+    sizes = writer_sizes(num_writers, seed)
+    n = int(sizes.sum())
+    return Dataset(
+        name="femnist",
+        x_train=rng.integers(0, 256, (n, *FEMNIST_SHAPE), dtype=np.uint8),
+        y_train=rng.integers(0, FEMNIST_CLASSES, n, dtype=np.int32),
+        x_test=rng.integers(0, 256, (100, *FEMNIST_SHAPE), dtype=np.uint8),
+        y_test=rng.integers(0, FEMNIST_CLASSES, 100, dtype=np.int32),
+        num_classes=FEMNIST_CLASSES,
+        groups_train=np.repeat(np.arange(num_writers, dtype=np.int32), sizes),
+        groups_test=None,
+        source="synthetic",
+    )
+
+
+def synthetic_clients(num_clients: int, samples: int, seed: int = 0):
+    """FederatedData of ``num_clients`` clients of ``samples`` random uint8 CIFAR-shaped
+    samples each (one partition, no padding)."""
+    rng = np.random.default_rng(seed)
+    n = num_clients * samples
+    dataset = Dataset(
+        name="cifar10",
+        x_train=rng.integers(0, 256, (n, *CIFAR_SHAPE), dtype=np.uint8),
+        y_train=rng.integers(0, CIFAR_CLASSES, n, dtype=np.int32),
+        x_test=rng.integers(0, 256, (100, *CIFAR_SHAPE), dtype=np.uint8),
+        y_test=rng.integers(0, CIFAR_CLASSES, 100, dtype=np.int32),
+        num_classes=CIFAR_CLASSES,
+    )
+    partition = make_partition("iid", dataset.y_train, num_clients, seed=seed)
+    return federated_data(dataset, [partition])
+
+
+def client_bytes(data) -> tuple[int, int]:
+    """(bytes, bytes with float32 samples) of the clients' device arrays (x, y, mask, count)."""
+    rest = data.y.nbytes + data.mask.nbytes + data.count.nbytes
+    return data.x.nbytes + rest, data.x.size * 4 + rest
+
+
+def fedavg_round(model, data, sample_shape, clients, repeats: int, learning_rate, **options):
+    """(compile + first call seconds, best seconds, parameters) of one FedAvg round: ``clients``
+    train from the same model with ``local_sgd`` (``options``), vmapped, then the data-size
+    weighted average; uint8 samples are scaled in the step (``pixels``)."""
+    params = model.init(jax.random.key(0), jnp.zeros((1, *sample_shape)))["params"]
+    clients = jnp.asarray(clients)
+    keys = jax.random.split(jax.random.key(1), clients.shape[0])
+    weights = data.count[0, clients].astype(jnp.float32)
+
+    def apply_fn(p, x):
+        return model.apply({"params": p}, pixels(x))
+
+    def one_client(params, client, key, data):
+        return local_sgd(apply_fn, params, data, client, key, learning_rate, **options)
+
+    @jax.jit
+    def one_round(params, data):
+        trained = jax.vmap(one_client, in_axes=(None, 0, 0, None))(params, clients, keys, data)
+        return weighted_average(trained, weights, params)
+
+    start = time.perf_counter()
+    jax.block_until_ready(one_round(params, data))
+    compile_s = time.perf_counter() - start
+    seconds = best_time(lambda: one_round(params, data), repeats)
+    return compile_s, seconds, num_parameters(params)
+
+
+def benchmarks_section(quick: bool, accelerator: bool) -> None:
+    """Section 5: FEMNIST's and ResNet-18-GN's benchmark shapes (see the module docstring)."""
+    repeats = 1 if quick else 3
+    # (writers, whether a round is trained at that size)
+    if quick:
+        writers, selected = ((40, True), (200, accelerator)), 2
+    else:
+        writers, selected = ((200, True), (FEMNIST_WRITERS, accelerator)), 10
+    model = make_model("leaf_cnn", FEMNIST_CLASSES)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, *FEMNIST_SHAPE)))
+    print(
+        f"\n5a. FEMNIST shapes: writers of lognormal sizes (mean {FEMNIST_MEAN:.1f}, CV "
+        f"{FEMNIST_CV:.2f}, clipped to {list(FEMNIST_CLIP)}), uint8 28×28×1, natural partition;"
+        f"\n    one FedAvg round of {selected} writers, LEAF's CNN "
+        f"({num_parameters(shapes['params']):,} parameters), E=1, batch 10, vmapped"
+    )
+    print(
+        f"{'writers':>8}{'samples':>10}{'S':>5}{'u8 MiB':>9}{'f32 MiB':>9}{'padded/real':>13}"
+        f"{'compile s':>11}{'round s':>9}"
+    )
+    for num_writers, train in writers:
+        dataset = synthetic_femnist(num_writers)
+        partition = make_partition(
+            "natural", dataset.y_train, num_writers, seed=0, groups=dataset.groups_train
+        )
+        data = federated_data(dataset, [partition])
+        real = int(np.sum(partition.count))
+        width = int(data.mask.shape[2])
+        u8, f32 = client_bytes(data)
+        row = (
+            f"{num_writers:>8,}{real:>10,}{width:>5}{u8 / MIB:>9.1f}{f32 / MIB:>9.1f}"
+            f"{num_writers * width / real:>13.2f}"
+        )
+        if train:
+            clients = np.sort(np.random.default_rng(2).choice(num_writers, selected, replace=False))
+            compile_s, seconds, _ = fedavg_round(
+                model, data, FEMNIST_SHAPE, clients, repeats, LEAF_LR, epochs=1, batch_size=10
+            )
+            row += f"{compile_s:>11.1f}{seconds:>9.2f}"
+        else:
+            row += f"{'—':>11}{'not run':>9}"
+        print(row)
+        del dataset, partition, data
+
+    if quick:
+        num_clients, steps, batch, samples = 2, 1, 8, 16
+    elif accelerator:
+        num_clients, steps, batch, samples = 25, 16, 32, 500
+    else:
+        num_clients, steps, batch, samples = 4, 2, 32, 64
+    print(
+        f"\n5b. ResNet-18-GN, CIFAR-10 shapes (uint8 32×32×3): one FedAvg round of {num_clients} "
+        f"clients, {steps} SGD step(s) of batch {batch} each ({samples} samples a client), vmapped"
+    )
+    print(
+        f"{'clients':>8}{'steps':>7}{'batch':>7}{'params':>12}{'compile s':>11}{'round s':>9}"
+        f"{'ms/client-step':>16}"
+    )
+    data = synthetic_clients(num_clients, samples)
+    model = make_model("resnet18_gn", CIFAR_CLASSES)
+    compile_s, seconds, count = fedavg_round(
+        model,
+        data,
+        CIFAR_SHAPE,
+        np.arange(num_clients),
+        repeats,
+        RESNET_LR,
+        epochs=1,
+        batch_size=batch,
+        steps=steps,
+    )
+    per_step = seconds / (num_clients * steps) * 1e3
+    print(
+        f"{num_clients:>8}{steps:>7}{batch:>7}{count:>12,}{compile_s:>11.1f}{seconds:>9.2f}"
+        f"{per_step:>16.1f}"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
     parser.add_argument("--configs", type=int, default=64, help="configurations in the grid")
     parser.add_argument(
-        "--accelerator", action="store_true", help="only the larger grids (section 3)"
+        "--accelerator",
+        action="store_true",
+        help="only the larger grids (4); with --benchmarks, section 5 at the papers' sizes",
     )
     parser.add_argument("--signals", action="store_true", help="only the signals' costs (3)")
+    parser.add_argument(
+        "--benchmarks",
+        action="store_true",
+        help="only the papers' benchmark shapes (5: FEMNIST by writer, ResNet-18-GN on CIFAR)",
+    )
     args = parser.parse_args(argv)
+    if args.benchmarks:
+        print(f"machine: {machine()}")
+        benchmarks_section(args.quick, args.accelerator)
+        return 0
     if args.signals:
         print(f"machine: {machine()}")
         signals_section(2 if args.quick else 5)
