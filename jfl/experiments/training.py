@@ -27,6 +27,10 @@ from jfl.fl.models import MODELS, PADDINGS
 from jfl.fl.partition import Partition, federated_data
 from jfl.fl.train import AGGREGATIONS, bytes_per_fl_run, model_footprint
 
+# SeedSequence([--partition-seed, WRITERS_STREAM]) spawns FEMNIST's per-writer split and the
+# writer sample, streams apart from the partitions'.
+WRITERS_STREAM = 0x3A17E5
+
 ACCURACY_COLUMNS = (
     "n_seeds",
     "final_accuracy",
@@ -147,16 +151,18 @@ class FederatedTraining:
 
     def load_data(self) -> Dataset:
         """The dataset (``DatasetError``, a ValueError, if it cannot be read), FEMNIST's writers
-        sampled (``--writers``, from ``--partition-seed``), checked against the model's smallest
-        input."""
+        split and sampled (``--writers``) from ``--partition-seed``, checked against the model's
+        smallest input."""
         from jfl.fl.data import load_dataset, sample_groups
 
+        # Streams of their own, apart from the partitions' (default_rng(--partition-seed)).
+        split, sample = np.random.SeedSequence([self.partition_seed, WRITERS_STREAM]).spawn(2)
         dataset = load_dataset(
-            self.dataset, self.data_dir, download=self.download, split_seed=self.partition_seed
+            self.dataset, self.data_dir, download=self.download, split_seed=split
         )
         if self.writers is not None:
             dataset = sample_groups(
-                dataset, self.writers, np.random.default_rng(self.partition_seed), "--writers"
+                dataset, self.writers, np.random.default_rng(sample), "--writers"
             )
         self.check_model_input(dataset)
         return dataset

@@ -106,7 +106,7 @@ def load_dataset(
     data_dir: str | os.PathLike | None = None,
     *,
     download: bool = False,
-    split_seed: int = 0,
+    split_seed: int | np.random.SeedSequence = 0,
     cache_dir: str | os.PathLike | None = None,
 ) -> Dataset:
     """The dataset ``name`` (one of ``DATASETS``); ``data_dir`` is ignored for ``digits``.
