@@ -5,7 +5,8 @@ client sampling, FedCor, DivFL, RBCS-F, FedCS and Random.
     python sweeps/fl_selection.py                                   # digits, 2 minutes
     python sweeps/fl_selection.py --policies fedcor,random --aggregation uniform --seeds 16
     python sweeps/fl_selection.py --policies pow_d,proportional --d 20,40,60
-    python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR --model fashion_cnn
+    python sweeps/fl_selection.py --setting fedcor_fmnist --data-dir DIR  # FedCor's FMNIST
+    python sweeps/fl_selection.py --setting femnist --download       # FEMNIST by writer
 
 Flags: ``--help`` (the fields of ``jfl.experiments.FlSelection``).
 Writes to --out: summary.csv, results.nc, metadata.json and figures/*.png.

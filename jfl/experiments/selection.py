@@ -72,13 +72,16 @@ class FlSelection(RbcsfScenario):
     ``--sigma`` sweep Power-of-Choice's candidates and E3CS's fairness quota. ``--round-deadline``
     drops the clients slower than it (E3CS's success; none by default). Default: digits with
     logistic regression, about two minutes on 2 cores; the summary gives the final accuracy,
-    and the rounds and simulated time to ``--target-accuracy``.
+    and the rounds and simulated time to ``--target-accuracy``. ``--partition`` adds McMahan et
+    al.'s shards and FEMNIST's writers to the Dirichlet splits, and ``--setting`` starts from a
+    paper's benchmark (FedCor's and Power-of-Choice's Fashion-MNIST, FEMNIST by writer,
+    FedXplore's CIFAR-10), the datasets read through Hugging Face ``datasets``.
 
         python sweeps/fl_selection.py
         python sweeps/fl_selection.py --policies fedcor,random --aggregation uniform --seeds 16
         python sweeps/fl_selection.py --policies pow_d,proportional --d 20,40,60
-        python sweeps/fl_selection.py --dataset fashion_mnist --data-dir DIR \\
-            --model fashion_cnn --rounds 300 --seeds 8
+        python sweeps/fl_selection.py --setting fedcor_fmnist --data-dir DIR
+        python sweeps/fl_selection.py --setting femnist --download
     """
 
     setting: str = ""

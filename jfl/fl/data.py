@@ -176,8 +176,8 @@ def sample_groups(dataset: Dataset, count: int, rng: np.random.Generator, name="
     """``dataset`` restricted to ``count`` of its training groups (FEMNIST's writers), drawn
     uniformly without replacement by ``rng.choice(ids, count, replace=False)`` over the sorted
     group ids: the chosen groups' training and test samples, in their order, with the groups
-    renumbered 0… in increasing original id. LEAF and DivFL sample writers this way before
-    splitting ("--sf", DivFL's 200 FEMNIST writers); ``name`` names ``count`` in errors."""
+    renumbered 0… in increasing original id. LEAF samples its users before splitting them
+    (``--sf``; docs/decisions.md#femnist-variant); ``name`` names ``count`` in errors."""
     if dataset.groups_train is None:
         raise ValueError(f"{name}: dataset {dataset.name!r} has no writers (groups) to sample")
     ids = np.unique(dataset.groups_train)

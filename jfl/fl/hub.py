@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jfl.fl.data import DatasetError
+
 
 class HubDataset(NamedTuple):
     repo: str  # the dataset repository on the Hugging Face Hub
@@ -37,8 +39,8 @@ HUB_DATASETS = {
     "fashion_mnist": HubDataset("zalando-datasets/fashion_mnist", "image", "label", 10),
     "cifar10": HubDataset("uoft-cs/cifar10", "img", "label", 10),
     # LEAF's FEMNIST (Caldas et al. 2018): 62 classes (digits, upper- and lowercase letters),
-    # 814,277 samples in one train split (the repository's card); docs/benchmarks.md compares
-    # it with LEAF's, TFF's and FedScale's variants.
+    # 814,277 samples in one train split (the repository's card); docs/decisions.md#femnist-variant
+    # compares it with LEAF's, TFF's and FedScale's variants.
     "femnist": HubDataset("flwrlabs/femnist", "image", "character", 62, group="writer_id"),
 }
 
@@ -54,8 +56,6 @@ class HubArrays(NamedTuple):
 
 def hub_error(name: str, problem: str):
     """The ``DatasetError`` of dataset ``name`` whose files are missing, naming the fixes."""
-    from jfl.fl.data import DatasetError
-
     repo = HUB_DATASETS[name].repo
     return DatasetError(
         f"dataset {name!r} {problem}; fetch it once with --download (or: hf download {repo} "
@@ -81,8 +81,6 @@ def read_hub_dataset(
 
 def snapshot(name: str, *, download: bool, cache_dir=None) -> Path:
     """The local snapshot directory of ``name``'s repository in the Hugging Face cache."""
-    from jfl.fl.data import DatasetError
-
     _import("huggingface_hub", name)
     from huggingface_hub import constants, errors, snapshot_download
 
@@ -107,8 +105,6 @@ def snapshot(name: str, *, download: bool, cache_dir=None) -> Path:
 def parquet_splits(name: str, directory: Path) -> dict[str, list[Path]]:
     """The Parquet files of each split under ``directory``, by the Hub's file naming
     (``[data/]train-00000-of-00001.parquet``); FEMNIST has only a train split."""
-    from jfl.fl.data import DatasetError
-
     if not directory.is_dir():
         raise DatasetError(f"data directory {directory} for dataset {name!r} does not exist")
     files = sorted(p for p in directory.rglob("*.parquet") if p.is_file())
@@ -130,8 +126,6 @@ def parquet_splits(name: str, directory: Path) -> dict[str, list[Path]]:
 
 def _read_split(name: str, paths: list[Path]):
     """(u8[n, H, W, C], i32[n], i32[n] or None) of one split's Parquet files."""
-    from jfl.fl.data import DatasetError
-
     datasets = _import("datasets", name)
     spec = HUB_DATASETS[name]
     quiet = not datasets.utils.are_progress_bars_disabled()
@@ -174,8 +168,6 @@ def _read_split(name: str, paths: list[Path]):
 
 
 def _import(module: str, name: str):
-    from jfl.fl.data import DatasetError
-
     try:
         return importlib.import_module(module)
     except ImportError:
