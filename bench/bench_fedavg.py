@@ -266,38 +266,37 @@ def writer_sizes(num_writers: int, seed: int = 0) -> np.ndarray:
     return np.clip(np.rint(sizes), *FEMNIST_CLIP).astype(np.int64)
 
 
+def random_images(name: str, n: int, shape, classes: int, seed: int, **fields) -> Dataset:
+    """A ``Dataset`` of ``n`` random uint8 images of ``shape`` with labels in [0, ``classes``)
+    and a test set of 100; ``fields``: its other fields (the writers)."""
+    rng = np.random.default_rng(seed)
+    return Dataset(
+        name=name,
+        x_train=rng.integers(0, 256, (n, *shape), dtype=np.uint8),
+        y_train=rng.integers(0, classes, n, dtype=np.int32),
+        x_test=rng.integers(0, 256, (100, *shape), dtype=np.uint8),
+        y_test=rng.integers(0, classes, 100, dtype=np.int32),
+        num_classes=classes,
+        source="synthetic",
+        **fields,
+    )
+
+
 def synthetic_femnist(num_writers: int, seed: int = 0) -> Dataset:
     """FEMNIST's shapes with random content: uint8 28×28×1 images, 62 classes, ragged writers
     (``writer_sizes``) as the groups, and a small test set."""
-    rng = np.random.default_rng(seed + 1)
     sizes = writer_sizes(num_writers, seed)
+    groups = np.repeat(np.arange(num_writers, dtype=np.int32), sizes)
     n = int(sizes.sum())
-    return Dataset(
-        name="femnist",
-        x_train=rng.integers(0, 256, (n, *FEMNIST_SHAPE), dtype=np.uint8),
-        y_train=rng.integers(0, FEMNIST_CLASSES, n, dtype=np.int32),
-        x_test=rng.integers(0, 256, (100, *FEMNIST_SHAPE), dtype=np.uint8),
-        y_test=rng.integers(0, FEMNIST_CLASSES, 100, dtype=np.int32),
-        num_classes=FEMNIST_CLASSES,
-        groups_train=np.repeat(np.arange(num_writers, dtype=np.int32), sizes),
-        groups_test=None,
-        source="synthetic",
+    return random_images(
+        "femnist", n, FEMNIST_SHAPE, FEMNIST_CLASSES, seed + 1, groups_train=groups
     )
 
 
 def synthetic_clients(num_clients: int, samples: int, seed: int = 0):
     """FederatedData of ``num_clients`` clients of ``samples`` random uint8 CIFAR-shaped
     samples each (one partition, no padding)."""
-    rng = np.random.default_rng(seed)
-    n = num_clients * samples
-    dataset = Dataset(
-        name="cifar10",
-        x_train=rng.integers(0, 256, (n, *CIFAR_SHAPE), dtype=np.uint8),
-        y_train=rng.integers(0, CIFAR_CLASSES, n, dtype=np.int32),
-        x_test=rng.integers(0, 256, (100, *CIFAR_SHAPE), dtype=np.uint8),
-        y_test=rng.integers(0, CIFAR_CLASSES, 100, dtype=np.int32),
-        num_classes=CIFAR_CLASSES,
-    )
+    dataset = random_images("cifar10", num_clients * samples, CIFAR_SHAPE, CIFAR_CLASSES, seed)
     partition = make_partition("iid", dataset.y_train, num_clients, seed=seed)
     return federated_data(dataset, [partition])
 
