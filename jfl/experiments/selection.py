@@ -273,7 +273,7 @@ def _fedcor_fmnist(name: str, rounds: int, seeds: int) -> FlSelection:
     return _setting(
         name,
         dict(dataset="fashion_mnist", model="fedcor_mlp", lr=(5e-3,), epochs=3, batch_size=64,
-             aggregation=("uniform",), eval_every=10),
+             aggregation=("uniform",), eval_every=10, target_accuracy=0.7),
         policies=("fedcor", "random", "pow_d"), partition=("dirichlet", "shards"),
         dirichlet=(0.2,), shards=(2.0,), d=(10.0,), clients=100, m=5, rounds=rounds, seeds=seeds,
     )  # fmt: skip
@@ -288,7 +288,7 @@ def _pow_d_fmnist(name: str, rounds: int, seeds: int) -> FlSelection:
     return _setting(
         name,
         dict(dataset="fashion_mnist", model="fedcor_mlp", lr=(5e-3,), local_steps=30,
-             batch_size=64, eval_every=10),
+             batch_size=64, eval_every=10, target_accuracy=0.7),
         policies=("proportional", "pow_d", "cpow_d", "rpow_d"), dirichlet=(0.3, 2.0),
         min_samples=10, d=(6.0, 9.0, 15.0), clients=100, m=3, rounds=rounds, seeds=seeds,
     )  # fmt: skip
