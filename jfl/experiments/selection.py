@@ -294,16 +294,17 @@ def _pow_d_fmnist(name: str, rounds: int, seeds: int) -> FlSelection:
     )  # fmt: skip
 
 
-def _femnist(name: str, writers: int, rounds: int, seeds: int) -> FlSelection:
+def _femnist(name: str, writers: int, m: int, rounds: int, seeds: int, local_steps) -> FlSelection:
     """FEMNIST by writer (LEAF, Caldas et al. 2018): each sampled writer a client, its samples
     split 90/10 into train and test, LEAF's CNN, FedAvg at LEAF's rate 0.004, batch 10, one
-    local epoch, 10 clients a round."""
+    local epoch (``local_steps`` None; the CPU size takes 5 steps)."""
     return _setting(
         name,
         dict(dataset="femnist", model="leaf_cnn", padding="same", lr=(4e-3,), epochs=1,
-             batch_size=10, writers=writers, eval_every=10, target_accuracy=0.7),
+             batch_size=10, local_steps=local_steps, writers=writers,
+             eval_every=max(rounds // 10, 1), target_accuracy=0.7),
         policies=("random", "pow_d", "fedcor", "divfl", "delta"), partition=("natural",),
-        clients=writers, m=10, rounds=rounds, seeds=seeds,
+        clients=writers, m=m, rounds=rounds, seeds=seeds,
     )  # fmt: skip
 
 
@@ -331,8 +332,10 @@ SETTINGS = {
     "fedcor_fmnist_full": _fedcor_fmnist("fedcor_fmnist_full", rounds=500, seeds=5),
     "pow_d_fmnist": _pow_d_fmnist("pow_d_fmnist", rounds=100, seeds=4),
     "pow_d_fmnist_full": _pow_d_fmnist("pow_d_fmnist_full", rounds=300, seeds=8),
-    "femnist": _femnist("femnist", writers=200, rounds=50, seeds=2),
-    "femnist_full": _femnist("femnist_full", writers=3500, rounds=2000, seeds=8),
+    "femnist": _femnist("femnist", writers=50, m=5, rounds=10, seeds=2, local_steps=5),
+    "femnist_full": _femnist(
+        "femnist_full", writers=3500, m=10, rounds=2000, seeds=8, local_steps=None
+    ),
     "fedxplore_cifar10": _fedxplore_cifar10("fedxplore_cifar10", rounds=4, seeds=1, local_steps=2),
     "fedxplore_cifar10_full": _fedxplore_cifar10(
         "fedxplore_cifar10_full", rounds=200, seeds=8, local_steps=None
