@@ -151,7 +151,7 @@ def parse(config_type, argv=None, prog: str | None = None):
     default = setting_default(config_type, args, prog)
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), reader_gone_is_fine():
             return tyro.cli(
                 config_type,
                 args=args,
@@ -209,11 +209,27 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
             file=sys.stderr,
         )
         return INTERRUPTED
-    print(result.describe())
-    if result.process == 0:
-        columns = config.summary_columns or means(result.summary)
-        print(format_table(result.summary, columns, where=result.out / "summary.csv"))
+    with reader_gone_is_fine():  # e.g. `| head`: the results are on disk already
+        print(result.describe())
+        if result.process == 0:
+            columns = config.summary_columns or means(result.summary)
+            print(format_table(result.summary, columns, where=result.out / "summary.csv"))
     return 0
+
+
+@contextlib.contextmanager
+def reader_gone_is_fine():
+    """Stdout's reader closing early (``--help | head``) ends the output quietly, exit 0: the
+    rest goes to the null device, so neither this write nor the interpreter's last flush prints
+    a BrokenPipeError traceback (the recipe of Python's ``signal`` documentation)."""
+    import os
+
+    try:
+        yield
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        raise SystemExit(0) from None
 
 
 @contextlib.contextmanager

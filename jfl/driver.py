@@ -524,7 +524,7 @@ def _summarized(config: Experiment, ds, dims):
 def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, start) -> Result:
     """The result of a finished sweep from its results file: the summary (at this run's
     ``--ci``) and the figures written again; reused stale results noted in ``metadata.json``."""
-    from jfl import sweep
+    from jfl import results, sweep
 
     out = Path(config.out)
     ds, summary = _summarized(config, stored, dims)
@@ -534,7 +534,7 @@ def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, sta
         if stale:
             metadata = json.loads((out / "metadata.json").read_text())
             metadata["reused_stale"] = {"changes": stale, "chunks_reused": chunks}
-            (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+            (out / "metadata.json").write_text(results.strict_json(metadata, indent=2))
     wall = time.perf_counter() - start
     disk = sweep.disk_usage(out)
     return Result(config, ds, summary, out, wall, layout.index, 0, chunks, disk)
@@ -574,7 +574,7 @@ def _write_outputs(config, plan, ds, summary, metadata, store, size, kept) -> No
     if kept:
         store.remove_per_run()  # they are in results.nc now: one copy on disk
     summary.to_csv(out / "summary.csv", index=False)
-    (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+    (out / "metadata.json").write_text(results.strict_json(metadata, indent=2))
     _write_figures(config, ds, summary)
     if not config.keep_chunks:
         store.remove()  # everything is in results.nc, read back identical

@@ -227,6 +227,24 @@ class PerRun(NamedTuple):
     load: Callable  # load(label, index, name) -> np.ndarray [rows, seed, ...]
 
 
+def strict_json(value, **options) -> str:
+    """``json.dumps`` that strict parsers read: non-finite numbers become the strings "inf",
+    "-inf" and "nan" (bare ``Infinity``/``NaN`` are not JSON, RFC 8259 §6); other objects
+    their ``str``."""
+
+    def finite(v):
+        if isinstance(v, float) and not np.isfinite(v):
+            return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+        if isinstance(v, Mapping):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [finite(x) for x in v]
+        return v
+
+    plain = json.loads(json.dumps(value, default=str))  # JSON types (numpy scalars: str)
+    return json.dumps(finite(plain), allow_nan=False, **options)
+
+
 def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None, per_run=None) -> None:
     """``ds`` as netCDF at ``path`` (written beside it and renamed into place when complete).
 
@@ -237,7 +255,7 @@ def write_dataset(ds: xr.Dataset, path, metadata: Mapping | None = None, per_run
     tmp = path.with_name(path.name + ".tmp")
     ds = ds.copy()
     if metadata is not None:
-        ds.attrs["metadata"] = json.dumps(metadata, default=str)
+        ds.attrs["metadata"] = strict_json(metadata)
     ds.to_netcdf(tmp, engine="h5netcdf")
     if per_run is not None:
         _append_per_run(tmp, per_run)

@@ -280,3 +280,20 @@ def test_python_m_jfl_runs_an_experiment_with_its_scripts_flags(tmp_path):
     assert "1 configurations × 2 seeds × 4 rounds" in done.stdout
     assert (tmp_path / "m" / "summary.csv").exists()
     assert cli.parse(VBetaGrid, flags) == cli.parse(EXPERIMENTS["v_beta_grid"], flags)
+
+
+@pytest.mark.processes
+def test_help_to_a_reader_that_went_away_exits_quietly():
+    """``--help | head -n 3``: the reader closes before the help is written. Here nobody reads
+    at all, so the first write fails with EPIPE whatever the pipe's buffer holds: exit 0, no
+    BrokenPipeError traceback (nor "Exception ignored" at the interpreter's last flush)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        script = [sys.executable, "-m", "jfl", "fl_selection", "--help"]
+        done = subprocess.run(script, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -220,3 +220,15 @@ def test_summary_table_clips_reduced_metrics_to_their_bounds():
     table = summary_table(ds, ["jain_index", "other"])
     assert (table["jain_index_lo"] == 0).all() and (table["jain_index_hi"] == 1).all()
     assert (table["other_lo"] < 0).all() and (table["other_hi"] > 1).all()
+
+
+def test_strict_json_writes_non_finite_numbers_as_strings():
+    import json
+    import math
+
+    from jfl.results import strict_json
+
+    value = {"a": math.inf, "b": [-math.inf, math.nan, 1.5], "c": np.float32(2.0), "d": None}
+    text = strict_json(value)
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text) == {"a": "inf", "b": ["-inf", "nan", 1.5], "c": "2.0", "d": None}

@@ -36,13 +36,16 @@ def check_policies(names: Sequence[str], environment: str, trains: bool = False)
 
 
 def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -> None:
-    """Swept hyperparameters against the ranges their policies declare, naming the flag.
+    """Swept hyperparameters against the ranges their policies declare, naming the flag; a
+    value given twice is refused (it would compute the same configurations twice).
 
-    A hyperparameter no listed policy reads is not checked (it is not used either).
+    A hyperparameter no listed policy reads is not range-checked (it is not used either).
     """
+    from jfl import checks
     from jfl.policies import get
 
     for name, grid in values.items():
+        checks.distinct(f"--{name.replace('_', '-')}", list(grid))
         for policy in policies:
             spec = get(policy).hparams.get(name)
             if spec is not None:

@@ -103,6 +103,8 @@ def test_class_metrics_on_a_hand_made_dataset():
         (["--availability", "2"], "--availability"),
         (["--policies", "fedcs"], "expected_time"),
         (["--policies", "e3cs,pow_d"], "pow_d"),
+        (["--sigma", "0.5,0.5"], "--sigma: duplicate values in [0.5, 0.5]"),
+        (["--eta", "0.5,1,0.5"], "--eta: duplicate values"),
     ],
 )
 def test_bad_flags_stop_before_anything_compiles(argv, message, capsys, tmp_path):

@@ -45,6 +45,20 @@ def test_tiny_run_writes_its_summary_and_figures(tiny):
             assert any(f.startswith(f"{variable}_vs_{against}") for f in figures), figures
 
 
+def _refuse(constant):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def test_metadata_is_strict_json(tiny):
+    """metadata.json and results.nc's copy parse with a strict JSON parser: the default
+    --round-deadline inf is the string "inf", not a bare Infinity (RFC 8259 has none)."""
+    import json
+
+    metadata = json.loads((tiny / "metadata.json").read_text(), parse_constant=_refuse)
+    assert metadata["config"]["round_deadline"] == "inf"
+    json.loads(load_dataset(tiny / "results.nc").attrs["metadata"], parse_constant=_refuse)
+
+
 def test_configuration_results_do_not_depend_on_the_other_partitions(tiny, tmp_path):
     """The runs of each α are bit-identical with the partitions stacked in the other order and
     a second learning rate: other partition indices and other positions in the sweep (the
