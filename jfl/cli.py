@@ -161,7 +161,8 @@ def parse(config_type, argv=None, prog: str | None = None):
             )
     except SystemExit as exit:
         if exit.code:
-            fail(prog, _one_line(captured.getvalue()) + _did_you_mean(captured.getvalue()))
+            panel = captured.getvalue()
+            fail(prog, _plain(_one_line(panel)) + _did_you_mean(panel))
         sys.stderr.write(captured.getvalue())
         raise
 
@@ -185,9 +186,40 @@ def setting_default(config_type, args: list[str], prog: str):
 
 
 def _did_you_mean(panel: str) -> str:
-    """``"; did you mean --seeds?"`` from the first flag tyro's panel suggests, else ``""``."""
-    match = re.search(r"Perhaps you meant:[^\n]*\n[^\w-]*(--[\w-]+)", panel)
-    return f"; did you mean {match[1]}?" if match else ""
+    """``"; did you mean --seeds?"``: of the flags tyro's panel suggests, the nearest by name
+    to the one given (``--seed``: ``--seeds``, not ``--base-seed``, which tyro lists first);
+    ``""`` without suggestions."""
+    import difflib
+
+    _, found, suggested = panel.partition("Perhaps you meant:")
+    flags = re.findall(r"^[^\w-]*(--[\w-]+)", suggested, flags=re.MULTILINE) if found else []
+    if not flags:
+        return ""
+    given = re.search(r"Unrecognized options?: (--[\w-]+)", panel)
+    if given:
+        flags.sort(key=lambda f: -difflib.SequenceMatcher(None, given[1], f).ratio())
+    return f"; did you mean {flags[0]}?"
+
+
+# tyro's wording of a value its parser rejects -> the checks' own wording (jfl.checks).
+_PARSING = r"value error: Error parsing (--[\w-]+): "
+_PARSE_ERRORS = (
+    (
+        _PARSING + r"invalid literal for int\(\) with base 10: (.*)",
+        r"\1 must be an integer, got \2",
+    ),
+    (_PARSING + r"could not convert string to float: (.*)", r"\1 must be a number, got \2"),
+    (_PARSING + r"(.*)", r"\1: \2"),
+)
+
+
+def _plain(line: str) -> str:
+    """A parse error in the checks' words: "--rounds must be an integer, got '1.5'", not
+    "value error: Error parsing --rounds: invalid literal for int() with base 10: '1.5'"."""
+    for pattern, replacement in _PARSE_ERRORS:
+        if re.fullmatch(pattern, line):
+            return re.sub(pattern, replacement, line)
+    return line
 
 
 def main(config_type, argv=None, prog: str | None = None) -> int:

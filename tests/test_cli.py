@@ -189,6 +189,21 @@ def test_a_mistyped_flag_gets_the_nearest_one(capsys):
     line = cli_fails(VBetaGrid, ["--sedes", "3"], capsys)
     assert "--sedes" in line and line.endswith("; did you mean --seeds?"), line
     assert "did you mean" not in cli_fails(VBetaGrid, ["--seeds", "many"], capsys)
+    # tyro lists --base-seed first for --seed; the nearest by name is --seeds.
+    assert cli_fails(VBetaGrid, ["--seed", "4"], capsys).endswith("; did you mean --seeds?")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "1.5"], "--rounds must be an integer, got '1.5'"),
+        (["--seeds", "many"], "--seeds must be an integer, got 'many'"),
+        (["--p-available", "high"], "--p-available must be a number, got 'high'"),
+    ],
+)
+def test_parse_errors_speak_as_the_checks_do(argv, message, capsys):
+    """No "value error: Error parsing …" nor Python's "invalid literal for int()"."""
+    assert cli_fails(VBetaGrid, argv, capsys) == f"prog: error: {message}"
 
 
 def test_an_empty_out_is_refused_not_the_current_directory(capsys):
