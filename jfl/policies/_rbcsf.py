@@ -108,7 +108,7 @@ def rbcsf(num_clients: int, selection_size: int = 8, alpha_schedule: str = "cons
     return Policy(init=init, select=select, update=update)
 
 
-SPEC = register(
+RBCSF = register(
     PolicySpec(
         name="rbcsf",
         build=rbcsf,
