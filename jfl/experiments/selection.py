@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -52,6 +52,19 @@ SELECTION_METHODS = (
     "rbcsf",
     "fedcs",
 )
+
+
+class Split(NamedTuple):
+    """One data split of a sweep: its label (the ``split`` column), its Dirichlet α (inf: IID;
+    nan: not a Dirichlet split), and the ``jfl.fl.partition`` function and options that make
+    it."""
+
+    label: str
+    dirichlet: float
+    partition: str
+    options: dict
+
+
 # The data splits of ``--partition`` (jfl.fl.partition: dirichlet_by_class or iid, shards,
 # natural).
 SPLITS = ("dirichlet", "shards", "natural")
@@ -179,26 +192,24 @@ class FlSelection(RbcsfScenario):
                 f"not {self.training.dataset}"
             )
 
-    def splits(self) -> list[tuple[str, float, str, dict]]:
-        """Each data split of the sweep: (label, Dirichlet α or inf for iid or nan, partition
-        name, its options)."""
+    def splits(self) -> list[Split]:
+        """Each data split of the sweep, in ``--partition`` order."""
         splits = []
         for kind in self.partition:
             if kind == "dirichlet":
                 for alpha in self.dirichlet:
                     if math.isinf(alpha):
-                        splits.append(("iid", alpha, "iid", {}))
+                        splits.append(Split("iid", alpha, "iid", {}))
                     else:
                         options = {"concentration": alpha, "min_samples": self.min_samples}
-                        splits.append(
-                            (f"dirichlet {alpha:g}", alpha, "dirichlet_by_class", options)
-                        )
+                        label = f"dirichlet {alpha:g}"
+                        splits.append(Split(label, alpha, "dirichlet_by_class", options))
             elif kind == "shards":
                 for s in self.shards:
                     options = {"shards_per_client": int(s)}
-                    splits.append((f"{int(s)} shards", math.nan, "shards", options))
+                    splits.append(Split(f"{int(s)} shards", math.nan, "shards", options))
             else:
-                splits.append(("natural", math.nan, "natural", {}))
+                splits.append(Split("natural", math.nan, "natural", {}))
         return splits
 
     def grid(self) -> dict[str, list[float]]:
@@ -219,7 +230,8 @@ class FlSelection(RbcsfScenario):
         split's clients hold at least ``--min-samples`` samples
         (docs/decisions.md#by-class-min-samples), a natural split's clients are the writers."""
         partitions = []
-        for _, _, name, options in self.splits():
+        for split in self.splits():
+            name, options = split.partition, split.options
             if name == "natural":
                 writers = len(np.unique(dataset.groups_train))
                 if writers != self.clients:
@@ -242,8 +254,8 @@ class FlSelection(RbcsfScenario):
         )
         configs = with_queue_rate(configs, self.beta[0])
         index = configs["partition"].astype(int)
-        configs.insert(1, "split", [splits[i][0] for i in index])
-        configs.insert(2, "dirichlet", [splits[i][1] for i in index])
+        configs.insert(1, "split", [splits[i].label for i in index])
+        configs.insert(2, "dirichlet", [splits[i].dirichlet for i in index])
         configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
         return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset))

@@ -122,8 +122,8 @@ def load_dataset(
     if name not in DATASETS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     if name in FILE_DATASETS and data_dir is not None and not _has_parquet(data_dir):
-        loaders = {"mnist": load_mnist, "fashion_mnist": load_fashion_mnist}
-        return loaders.get(name, load_cifar10)(data_dir)
+        files = {"mnist": load_mnist, "fashion_mnist": load_fashion_mnist, "cifar10": load_cifar10}
+        return files[name](data_dir)
     from jfl.fl.hub import HUB_DATASETS, read_hub_dataset
 
     arrays = read_hub_dataset(name, data_dir, download=download, cache_dir=cache_dir)
