@@ -228,6 +228,7 @@ class Result:
     chunks_computed: int = 0  # by this process
     chunks_reused: int = 0  # found finished in --out
     disk_bytes: int = 0  # what --out holds once the sweep is written
+    stale_chunks: int = 0  # reused although other code computed them (--reuse-stale)
 
     def describe(self) -> str:
         """One line for the terminal: what ran, how long, where the outputs are."""
@@ -243,8 +244,14 @@ class Result:
             f"{len(self.summary)} configurations × {c.seeds} seeds × {c.rounds} rounds in "
             f"{self.wall_seconds:.1f} s → {self.out} ({self.chunks_computed} "
             f"chunk{'' if self.chunks_computed == 1 else 's'} computed, {self.chunks_reused} "
-            f"reused; {format_bytes(self.disk_bytes)} on disk)"
+            f"reused; {format_bytes(self.disk_bytes)} on disk)" + self._stale_note()
         )
+
+    def _stale_note(self) -> str:
+        if not self.stale_chunks:
+            return ""
+        chunks = "1 stale chunk" if self.stale_chunks == 1 else f"{self.stale_chunks} stale chunks"
+        return f"; {chunks} reused (--reuse-stale): other code computed them"
 
 
 # Below this many seeds a sweep notes that its intervals are wide and unreliable.
@@ -465,7 +472,11 @@ def run(config: Experiment) -> Result:
     metadata.update(plan.metadata)
     kept = {name: dims[name] for name in keep}
     _write_outputs(config, plan, ds, summary, metadata, store, size, kept)
-    return Result(config, ds, summary, out, wall, **counts, disk_bytes=sweep.disk_usage(out))
+    disk = sweep.disk_usage(out)
+    stale_chunks = store.reused if stale else 0
+    return Result(
+        config, ds, summary, out, wall, **counts, disk_bytes=disk, stale_chunks=stale_chunks
+    )
 
 
 def _a_learner(plan: Plan):
@@ -537,7 +548,9 @@ def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, sta
             (out / "metadata.json").write_text(results.strict_json(metadata, indent=2))
     wall = time.perf_counter() - start
     disk = sweep.disk_usage(out)
-    return Result(config, ds, summary, out, wall, layout.index, 0, chunks, disk)
+    return Result(
+        config, ds, summary, out, wall, layout.index, 0, chunks, disk, chunks if stale else 0
+    )
 
 
 def _stored_results(config: Experiment, dims, keep):

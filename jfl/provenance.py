@@ -13,20 +13,28 @@ fingerprint holds what determines the numbers:
 * ``external``: for every object from outside the package that the sweep runs (a policy's
   builder, an environment, a learner, the experiment's class registered by a user), a hash of its
   source (``inspect.getsource``; its qualified name where the source cannot be read, as for a
-  class typed into a console).
-
-Only the object's own source is hashed: an edited helper that it calls from elsewhere goes
-unnoticed (``--overwrite`` recomputes).
+  class typed into a console);
+* ``files``: a hash of every user file those objects can reach (:func:`user_files`): the module
+  that defines each of them and every module of the user's that it imports (its ``import``
+  statements), and theirs, each whole. An edited module-level constant or helper changes the
+  numbers as surely as an edited builder, so it is refused alike. Installed packages (the
+  standard library, site-packages) are not hashed: their versions are what a reinstall
+  changes.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import importlib.util
 import inspect
 import platform
+import site
 import subprocess
 import sys
+import sysconfig
+import types
 from collections.abc import Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -110,6 +118,73 @@ def source_hash(obj) -> str:
     return _sha(text.encode())
 
 
+def _installed_roots() -> tuple[Path, ...]:
+    """Where installed code lives: the standard library and every site-packages."""
+    paths = sysconfig.get_paths()
+    roots = [paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+    roots += [*site.getsitepackages(), site.getusersitepackages()]
+    return tuple(Path(root).resolve() for root in dict.fromkeys(roots))
+
+
+def _user_file(module: types.ModuleType, installed: tuple[Path, ...]) -> Path | None:
+    """The source file of ``module`` if the user wrote it: a ``.py`` file outside the package
+    and outside installed code; None otherwise (a built-in, an extension, an installed one)."""
+    name = getattr(module, "__file__", None)
+    if not name or not name.endswith(".py"):
+        return None
+    path = Path(name).resolve()
+    if path.is_relative_to(PACKAGE) or any(path.is_relative_to(root) for root in installed):
+        return None
+    return path
+
+
+def _imported(module: types.ModuleType, path: Path) -> list[types.ModuleType]:
+    """The loaded modules that ``module``'s source imports (``import a.b``, ``from a import
+    b``, relative imports too): what its code can read, constants included."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            try:
+                base = importlib.util.resolve_name(base, module.__package__ or "")
+            except (ImportError, ValueError):
+                continue
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return [sys.modules[name] for name in names if name in sys.modules]
+
+
+def user_files(objects) -> dict[str, dict[str, str]]:
+    """Each user file that ``objects`` can reach, by module name: its path and a hash of it.
+    Reached: the modules defining the objects, then every user module their source imports
+    (``from helpers import SCALE`` included), and so on. The whole file is hashed, so a
+    constant or a helper edited next to a policy counts as much as the policy. Compared by
+    module name, so that the same files run from another folder are the same code."""
+    installed = _installed_roots()
+    todo = [sys.modules.get(getattr(_target(obj), "__module__", None) or "") for obj in objects]
+    files: dict[str, dict[str, str]] = {}
+    while todo:
+        module = todo.pop()
+        path = None if module is None else _user_file(module, installed)
+        if path is None or module.__name__ in files:
+            continue
+        files[module.__name__] = {"file": str(path), "source": _file_sha(path)}
+        todo.extend(_imported(module, path))
+    return dict(sorted(files.items()))
+
+
+def _file_sha(path: Path) -> str:
+    try:
+        return _sha(path.read_bytes())
+    except OSError:  # deleted since it was imported: what ran can no longer be told
+        return "unreadable"
+
+
 def code_fingerprint(objects: Mapping[str, object]) -> dict:
     """What determines a sweep's numbers (see the module's docstring). ``objects``: what the
     sweep runs, by role (e.g. ``{"policy random": spec.build, "environment": env}``); those
@@ -128,6 +203,9 @@ def code_fingerprint(objects: Mapping[str, object]) -> dict:
         "git_commit": commit,
         "package_diff": diff,
         "external": external,
+        "files": user_files(
+            obj for obj in objects.values() if obj is not None and is_external(obj)
+        ),
     }
 
 
@@ -152,6 +230,18 @@ def code_changes(old: Mapping | None, new: Mapping) -> list[str]:
             changes.append(f"{role} ({now[role]['name']}) is new")
         elif before[role] != now[role]:
             changes.append(f"the source of {role} ({now[role]['name']}) changed")
+    # A file whose changed object was named already is not named again.
+    named = [now[role]["name"] for role in now if role in before and before[role] != now[role]]
+    before, now = old.get("files", {}), new.get("files", {})
+    for module in sorted(set(before) | set(now)):
+        if any(name.startswith(module + ".") for name in named):
+            continue
+        if module not in now:
+            changes.append(f"{before[module]['file']} is no longer used")
+        elif module not in before:
+            changes.append(f"{now[module]['file']} is new")
+        elif before[module]["source"] != now[module]["source"]:
+            changes.append(f"{now[module]['file']} changed")
     return changes
 
 

@@ -173,9 +173,11 @@ def test_other_settings_are_refused_unless_overwrite(first, tmp_path):
 
 POLICY_SOURCE = """
 from jfl.policies import random
+from mine_scale import SCALE
 
 
 def build(num_clients, size):
+    assert SCALE > 0
     return random(num_clients, size){edit}
 """
 
@@ -189,16 +191,19 @@ class MineFairness(RandomFairness):
         return dataclasses.replace(plan, configs=plan.configs.assign(policy="mine"))
 
 
-def _register_mine(folder, monkeypatch, edit=""):
-    """Write, import and register the policy ``mine`` from ``folder/mine_policy.py``."""
+def _register_mine(folder, monkeypatch, edit="", scale=2.0):
+    """Write, import and register the policy ``mine`` from ``folder/mine_policy.py``, which
+    imports a module-level constant from ``folder/mine_scale.py``."""
     import importlib
     import sys
 
     from jfl.policies import REGISTRY, PolicySpec
 
     (folder / "mine_policy.py").write_text(POLICY_SOURCE.format(edit=edit))
+    (folder / "mine_scale.py").write_text(f"SCALE = {scale}\n")
     monkeypatch.syspath_prepend(str(folder))
     sys.modules.pop("mine_policy", None)
+    sys.modules.pop("mine_scale", None)
     importlib.invalidate_caches()
     module = importlib.import_module("mine_policy")
     monkeypatch.setitem(REGISTRY, "mine", PolicySpec("mine", module.build))
@@ -231,6 +236,7 @@ def test_results_of_edited_code_are_refused_unless_reuse_stale_or_overwrite(tmp_
 
     stale = driver.run(dataclasses.replace(config, reuse_stale=True))
     assert (stale.chunks_computed, stale.chunks_reused) == (0, 2)
+    assert "2 stale chunks reused (--reuse-stale)" in stale.describe()
     _assert_same(first, stale)
     recorded = json.loads((out / "metadata.json").read_text())["reused_stale"]
     assert recorded == {
@@ -243,6 +249,16 @@ def test_results_of_edited_code_are_refused_unless_reuse_stale_or_overwrite(tmp_
     fresh = driver.run(dataclasses.replace(config, overwrite=True))
     assert (fresh.chunks_computed, fresh.chunks_reused) == (2, 0)
     assert driver.run(config).chunks_reused == 2  # the new code's chunks are reused
+
+    # A constant the policy imports from another of the user's files, edited: refused too,
+    # naming that file (the builder's own source is unchanged).
+    stored = (out / "results.nc").read_bytes()
+    _register_mine(tmp_path, monkeypatch, edit="  # edited", scale=3.0)
+    with pytest.raises(ValueError) as refused:
+        driver.run(config)
+    assert str(refused.value).count("changed") == 1
+    assert f"{tmp_path / 'mine_scale.py'} changed" in str(refused.value)
+    assert (out / "results.nc").read_bytes() == stored
 
     manifest = json.loads((out / "manifest.json").read_text())
     del manifest["code"]

@@ -57,3 +57,33 @@ def test_code_changes_name_what_changed():
     assert provenance.code_changes(None, old) == [
         "the stored sweep records no code fingerprint (made by an older jfl)"
     ]
+
+
+def test_user_files_follow_the_imports_of_the_users_modules(tmp_path, monkeypatch):
+    """The module defining an object and every user module its source imports, whole; not
+    jfl's own modules nor installed ones (numpy)."""
+    import importlib
+    import sys
+
+    (tmp_path / "uf_policy.py").write_text(
+        "import numpy\nfrom jfl.policies import random\nfrom uf_consts import SCALE\n"
+        "import uf_helpers as helpers\n\ndef build(n, m):\n    return random(n, m)\n"
+    )
+    (tmp_path / "uf_consts.py").write_text("SCALE = 2.0\n")
+    (tmp_path / "uf_helpers.py").write_text("from uf_consts import SCALE\n")
+    (tmp_path / "uf_unrelated.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("uf_policy", "uf_consts", "uf_helpers", "uf_unrelated"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.import_module("uf_unrelated")
+    module = importlib.import_module("uf_policy")
+
+    files = provenance.user_files([module.build])
+    assert list(files) == ["uf_consts", "uf_helpers", "uf_policy"]
+    assert files["uf_consts"]["file"] == str(tmp_path / "uf_consts.py")
+    assert provenance.user_files([random, RbcsfEnv(), sys.modules["numpy"].mean]) == {}
+
+    old = provenance.code_fingerprint({"policy uf": module.build})
+    (tmp_path / "uf_consts.py").write_text("SCALE = 3.0\n")
+    new = provenance.code_fingerprint({"policy uf": module.build})
+    assert provenance.code_changes(old, new) == [f"{tmp_path / 'uf_consts.py'} changed"]
