@@ -3,7 +3,9 @@
 Each fenced ``python`` block of the sections below runs as written but for the sizes (rounds,
 seeds), which are cut by textual replacements that must each apply once: an example that
 changes its sizes fails here until this file follows. The experiment of docs/extending.md is
-written to a module of its own and run through its script, as a user would.
+written to a module of its own and run through its script, as a user would. Those run in the
+``notebooks`` group (out of the default run; CI runs it after it); the checks that the docs name
+every experiment script and every notebook read files only and run by default.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-# Documentation executed, as the notebooks are: out of the default run; CI runs it after it.
-pytestmark = pytest.mark.notebooks
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 
 
 def blocks(page: str, section: str) -> list[str]:
@@ -37,6 +37,7 @@ def smaller(code: str, replacements: dict[str, str]) -> str:
     return code
 
 
+@pytest.mark.notebooks
 def test_from_python(tmp_path):
     """getting-started.md, "From Python": the runner on RBCS-F, CS-UCB-Q with traced β, c and
     availability, and a whole experiment."""
@@ -57,6 +58,7 @@ def test_from_python(tmp_path):
     assert result.out == tmp_path and (tmp_path / "results.nc").is_file()
 
 
+@pytest.mark.notebooks
 def test_adding_an_experiment(tmp_path, monkeypatch, capsys):
     """extending.md, "An experiment": the module, its script and the call from Python."""
     module, script, call = blocks("extending.md", "An experiment")
@@ -83,3 +85,21 @@ def test_adding_an_experiment(tmp_path, monkeypatch, capsys):
     assert (result.chunks_computed, result.chunks_reused) == (0, 2)  # the script's, read back
     assert "late_rounds" in result.summary and "round_time" in result.dataset
     assert result.dataset["round_time"].dims == ("config", "seed", "round")
+
+
+def test_reproductions_index_names_every_experiment_script():
+    """docs/reproductions/index.md lists every script of sweeps/ (with its page)."""
+    index = (DOCS / "reproductions" / "index.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / "sweeps").glob("*.py"))
+    assert scripts
+    missing = [name for name in scripts if f"sweeps/{name}" not in index]
+    assert not missing, f"docs/reproductions/index.md does not name {missing}"
+
+
+def test_getting_started_lists_every_notebook():
+    """Getting started's table of notebooks names every notebook of notebooks/."""
+    text = (DOCS / "getting-started.md").read_text()
+    notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    missing = [name for name in notebooks if f"notebooks/{name}" not in text]
+    assert not missing, f"docs/getting-started.md does not list {missing}"
