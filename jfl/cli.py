@@ -245,8 +245,14 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
         print(result.describe())
         if result.process == 0:
             columns = config.summary_columns or means(result.summary)
+            if _diverged(result.summary) and "nonfinite_runs" not in columns:
+                columns = (*columns, "nonfinite_runs")
             print(format_table(result.summary, columns, where=result.out / "summary.csv"))
     return 0
+
+
+def _diverged(summary) -> bool:
+    return "nonfinite_runs" in summary and bool(summary["nonfinite_runs"].any())
 
 
 @contextlib.contextmanager
@@ -302,12 +308,58 @@ def means(summary) -> tuple[str, ...]:
 
 def format_table(summary, columns, max_rows: int = 20, where: Path | str | None = None) -> str:
     """The summary's ``columns`` (those it has) as a text table of at most ``max_rows`` rows; a
-    cut table ends with a line saying how many rows it left out and where the whole table is."""
+    cut table ends with a line saying how many rows it left out and where the whole table is.
+    A mean and its interval bounds share the fewest significant digits (at least 3) that tell
+    apart the values that differ: 11500.2 [11499.9, 11500.6], not 1.15e+04 [1.15e+04,
+    1.15e+04]."""
     columns = [c for c in columns if c in summary]
     shown = summary[columns].head(max_rows)
-    text = shown.to_string(index=False, float_format=lambda v: f"{v:.3g}")
+    text = shown.assign(**_formatted(shown)).to_string(index=False)
     left_out = len(summary) - len(shown)
     if left_out > 0:
         text += f"\n… {left_out} more rows (of {len(summary)})"
         text += f": the whole table is {where}" if where is not None else ""
     return text
+
+
+def _formatted(table) -> dict[str, list[str]]:
+    """Every float column of ``table`` as text, a mean and its ``_lo``/``_hi`` alike."""
+    floats = [c for c in table if table[c].dtype.kind == "f"]
+    groups = {c.removesuffix("_lo").removesuffix("_hi") for c in floats}
+    texts = {}
+    for base in groups:
+        members = [c for c in (base, f"{base}_lo", f"{base}_hi") if c in floats]
+        values = table[members].to_numpy(float)
+        digits = _digits_apart(values)
+        for i, column in enumerate(members):
+            texts[column] = [format_number(v, digits) for v in values[:, i]]
+    return texts
+
+
+def _digits_apart(values, least: int = 3, most: int = 10) -> int:
+    """The fewest significant digits (``least`` to ``most``) at which the values of each row that
+    differ are written differently."""
+    for digits in range(least, most + 1):
+        if all(_apart(row, digits) for row in values):
+            return digits
+    return most
+
+
+def _apart(row, digits: int) -> bool:
+    finite = [v for v in row if math.isfinite(v)]
+    texts = {format_number(v, digits) for v in finite}
+    return len(texts) == len(set(finite))
+
+
+def format_number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, in positional notation from 0.001 to 10⁷
+    (11500, not 1.15e+04), without trailing zeros; integers as integers."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e7:
+        return str(int(value))
+    if not 1e-3 <= abs(value) < 1e7:
+        return f"{value:.{digits}g}"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

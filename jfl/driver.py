@@ -451,6 +451,8 @@ def run(config: Experiment) -> Result:
         )
 
     ds, summary = _summarized(config, _labelled(config, plan, outputs, dims, seeds), dims)
+    if layout.writes_outputs:
+        _warn_nonfinite(ds)
     counts = {"chunks_computed": store.computed, "chunks_reused": store.reused}
     if not layout.writes_outputs:
         return Result(config, ds, summary, out, wall, process=layout.index, **counts)
@@ -540,6 +542,7 @@ def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, sta
     out = Path(config.out)
     ds, summary = _summarized(config, stored, dims)
     if layout.writes_outputs:
+        _warn_nonfinite(ds)
         summary.to_csv(out / "summary.csv", index=False)
         _write_figures(config, ds, summary)
         if stale:
@@ -551,6 +554,29 @@ def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, sta
     return Result(
         config, ds, summary, out, wall, layout.index, 0, chunks, disk, chunks if stale else 0
     )
+
+
+def _warn_nonfinite(ds) -> None:
+    """One line on stderr where runs recorded NaN or ±inf (a diverged model, say)."""
+    from jfl import results
+
+    note = results.nonfinite_note(ds, lambda config: config_name(ds, config))
+    if note:
+        print(note, file=sys.stderr)
+
+
+def config_name(ds, config: int) -> str:
+    """'pow-d lr=1 d=15': a configuration by its policy and the labels that vary in ``ds``."""
+    labels = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
+    labels = [c for c in labels if c not in ("config", "policy")]
+    row = ds.isel(config=config)
+    parts = [str(row["policy"].item())]
+    for name in labels:
+        values = ds[name].to_numpy()
+        if len(set(values.astype(str))) > 1 and str(row[name].item()) != "nan":
+            value = row[name].item()
+            parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
+    return " ".join(parts)
 
 
 def _stored_results(config: Experiment, dims, keep):

@@ -221,6 +221,8 @@ def code_changes(old: Mapping | None, new: Mapping) -> list[str]:
     if old.get("package_source") != new.get("package_source"):
         commits = (old.get("git_commit"), new.get("git_commit"))
         at = f" (commit {_short(commits[0])} → {_short(commits[1])})" if commits[0] else ""
+        if commits[0] and commits[0] == commits[1]:
+            at = f" (uncommitted edits at commit {_short(commits[0])})"
         changes.append(f"the jfl package's source changed{at}")
     before, now = old.get("external", {}), new.get("external", {})
     for role in sorted(set(before) | set(now)):

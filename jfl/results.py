@@ -138,6 +138,7 @@ def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
     metrics = {}
+    met = ds["last_unmet_round"] < rounds if "last_unmet_round" in ds else None
     if "accuracy" in ds:
         metrics.update(accuracy_metrics(ds))
     values = {
@@ -150,9 +151,9 @@ def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
         "jain_index": lambda: xr.apply_ufunc(jain_index, rate, input_core_dims=[["client"]]),
         "selected_per_round": lambda: ds["num_selected"].mean("round"),
         # Fraction of seeds (once averaged) whose every client meets its rate after T rounds.
-        "target_met": lambda: (rate >= ds[QUEUE_RATE]).all("client").astype(float),
-        # 1: met from the first round on; T + 1: not met at the end.
-        "rounds_to_target": lambda: (ds["last_unmet_round"] + 1).astype(float),
+        "target_met": lambda: met.astype(float),
+        # 1: met from the first round on; NaN: not met at the end (censored).
+        "rounds_to_target": lambda: (ds["last_unmet_round"] + 1).where(met).astype(float),
     }
     for name in run_metric_names(ds.data_vars):
         metrics[name] = values[name]()
@@ -208,6 +209,8 @@ def summary_table(
     label_columns = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
     table = ds.coords.to_dataset()[label_columns].to_dataframe().reset_index(drop=True)
     table["n_seeds"] = ds.sizes["seed"]
+    if "nonfinite_round" in ds:  # runs whose outputs hold NaN or ±inf: their means skip them
+        table["nonfinite_runs"] = nonfinite_runs(ds).to_numpy()
     known = declared_bounds(bounds)
     for name in metrics:
         values = ds[name].transpose("config", "seed").to_numpy()
@@ -217,6 +220,36 @@ def summary_table(
         table[f"{name}_lo"] = lo
         table[f"{name}_hi"] = hi
     return table
+
+
+def nonfinite_runs(ds: xr.Dataset) -> xr.DataArray:
+    """[config] How many of each configuration's runs recorded a NaN or ±inf
+    (``jfl.runner.HEALTH_OUTPUTS``)."""
+    return (ds["nonfinite_round"] >= 0).sum("seed")
+
+
+def nonfinite_note(ds: xr.Dataset, describe: Callable[[int], str], most: int = 3) -> str | None:
+    """One line naming the configurations with runs that recorded a NaN or ±inf, each with
+    the first round it happened in; None where every value is finite. ``describe(config)``
+    names a configuration."""
+    if "nonfinite_round" not in ds:
+        return None
+    counts = nonfinite_runs(ds).to_numpy()
+    bad = np.flatnonzero(counts)
+    if not len(bad):
+        return None
+    rounds = ds["nonfinite_round"].where(ds["nonfinite_round"] >= 0).min("seed").to_numpy()
+    seeds = ds.sizes["seed"]
+    named = [
+        f"{describe(int(c))} ({counts[c]} of {seeds} runs, from round {int(rounds[c])})"
+        for c in bad[:most]
+    ]
+    more = f" and {len(bad) - most} more" if len(bad) > most else ""
+    return (
+        f"warning: {len(bad)} of {ds.sizes['config']} configurations have runs with NaN or "
+        f"±inf values, which the means and intervals leave out: {'; '.join(named)}{more} "
+        "(summary.csv: nonfinite_runs)"
+    )
 
 
 class PerRun(NamedTuple):

@@ -61,6 +61,15 @@ LEARNER_OUTPUTS = {
     **EVALUATIONS,
     "untrained": Metric((), "selections beyond the learner's slots (should be 0)", NONNEGATIVE),
 }
+# Recorded by every run: where its numbers stopped being numbers (a diverged model, say), so
+# that the summary can count such runs instead of averaging around them.
+HEALTH_OUTPUTS = {
+    "nonfinite_round": Metric(
+        (),
+        "first round with a NaN or ±inf output (an evaluation: the round it follows, 0 the "
+        "initial one; a final value: round T); -1: every value finite",
+    )
+}
 # With ``trajectories=True``.
 TRAJECTORY_OUTPUTS = {
     "selected": Metric((ROUND, CLIENT), "the selection S_t as a mask", UNIT_INTERVAL)
@@ -152,6 +161,7 @@ def output_dims(
         tables.append(learner_outputs(learner))
     if trajectories:
         tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
+    tables.append(HEALTH_OUTPUTS)
     dims = {}
     for table in tables:
         for name, metric in table.items():
@@ -307,6 +317,9 @@ def make_run(
                 one_round, carry, xs, learner, data, num_rounds, eval_every
             )
         recorded.update(_recorded(trackers, carry.tracked, "final"))
+        recorded["nonfinite_round"] = first_nonfinite_round(
+            recorded, dims, num_rounds, eval_every or num_rounds
+        )
         return RunOutput(
             round_time=recorded["round_time"],
             num_selected=recorded["num_selected"],
@@ -316,6 +329,27 @@ def make_run(
         )
 
     return run
+
+
+def first_nonfinite_round(recorded, dims, num_rounds: int, eval_every: int) -> jax.Array:
+    """The first round at which one run's float outputs hold a NaN or ±inf, -1 if none: a
+    per-round output at its round, an evaluation at the round it follows (0: the initial one),
+    any other (a final value) at round T."""
+    never = jnp.asarray(num_rounds + 1, jnp.int32)
+    first = never
+    for name, value in recorded.items():
+        if name not in dims or not jnp.issubdtype(value.dtype, jnp.floating):
+            continue
+        leading = dims[name][:1]
+        if leading == (ROUND,):
+            rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
+        elif leading == (EVAL,):
+            rounds = jnp.arange(value.shape[0], dtype=jnp.int32) * eval_every
+        else:
+            value, rounds = value[None], jnp.asarray([num_rounds], jnp.int32)
+        bad = ~jnp.all(jnp.isfinite(value.reshape(rounds.shape[0], -1)), axis=1)
+        first = jnp.minimum(first, jnp.min(jnp.where(bad, rounds, never)))
+    return jnp.where(first == never, -1, first)
 
 
 def _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every) -> int | None:

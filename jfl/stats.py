@@ -94,8 +94,24 @@ BOOTSTRAP_ELEMENTS = 50_000_000
 
 
 def bootstrap_ci(samples, axis: int = 0, level: float = 0.95, n_resamples: int = 2000, seed=0):
-    """Mean and a BCa bootstrap interval of the mean along ``axis`` (scipy.stats.bootstrap)."""
+    """Mean and a BCa bootstrap interval of the mean along ``axis`` (scipy.stats.bootstrap),
+    over the values present: NaN marks a missing one (a censored run, say), as in
+    :func:`mean_ci`."""
     x = np.asarray(samples, float)
+    if not np.isnan(x).any():
+        return _bootstrap(x, axis, level, n_resamples, seed)
+    # Slices with missing values hold different numbers of samples: one at a time.
+    rows = np.moveaxis(x, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    out = np.full((3, len(flat)), np.nan)
+    for i, row in enumerate(flat):
+        present = row[~np.isnan(row)]
+        if len(present):
+            out[:, i] = _bootstrap(present, 0, level, n_resamples, seed)
+    return tuple(column.reshape(rows.shape[:-1]) for column in out)
+
+
+def _bootstrap(x: np.ndarray, axis: int, level: float, n_resamples: int, seed):
     mean = x.mean(axis=axis)
     if x.shape[axis] < 2:
         nan = np.full_like(mean, np.nan)

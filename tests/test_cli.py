@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from jfl import cli
@@ -249,6 +250,32 @@ def test_format_table_keeps_the_known_columns():
     text = cli.format_table(summary, ("policy", "V", "missing"))
     assert "rbcsf" in text and "V" in text and "other" not in text
     assert "more rows" not in text
+
+
+def test_intervals_are_printed_with_the_digits_that_tell_their_bounds_apart():
+    """A mean and its bounds share the fewest significant digits (3 at least) that write
+    different values differently; positional notation, no trailing zeros, integers whole."""
+    import pandas as pd
+
+    summary = pd.DataFrame(
+        {
+            "policy": ["a", "b", "c"],
+            "switch": [7500.0, 0.0, 2.0],
+            "t": [11500.24, 0.5, 3.0],
+            "t_lo": [11499.91, 0.4, 3.0],
+            "t_hi": [11500.63, 0.6, float("nan")],
+            "lr": [0.005, 1e-5, 12345678.0],
+        }
+    )
+    rows = [line.split() for line in cli.format_table(summary, list(summary)).splitlines()]
+    assert rows[1] == ["a", "7500", "11500.2", "11499.9", "11500.6", "0.005"]
+    assert rows[2] == ["b", "0", "0.5", "0.4", "0.6", "1e-05"]
+    assert rows[3] == ["c", "2", "3", "3", "nan", "1.23e+07"]
+    for row in np.random.default_rng(0).uniform(1e3, 1e5, (200, 1)):
+        mean = row[0]
+        table = pd.DataFrame({"m": [mean], "m_lo": [mean - 0.02], "m_hi": [mean + 0.03]})
+        texts = cli.format_table(table, list(table)).splitlines()[1].split()
+        assert len(set(texts)) == 3, texts
 
 
 def test_a_cut_table_says_how_many_rows_it_left_out_and_where_the_whole_table_is(tmp_path):

@@ -87,8 +87,14 @@ def test_run_metrics_by_hand_and_with_extra(ds):
     np.testing.assert_allclose(metrics["min_selection_rate"], rate.min(-1))
     np.testing.assert_allclose(metrics["max_rate_violation"], np.maximum(0.2 - rate, 0).max(-1))
     np.testing.assert_allclose(metrics["jain_index"], jain_index(rate))
-    np.testing.assert_array_equal(metrics["target_met"], (rate >= 0.2).all(-1))
-    np.testing.assert_array_equal(metrics["rounds_to_target"], ds["last_unmet_round"] + 1)
+    # Met at the end: no client behind its rate in round T; the rounds to it censored (NaN)
+    # for the runs that do not meet it.
+    last = ds["last_unmet_round"].to_numpy()
+    np.testing.assert_array_equal(metrics["target_met"], last < ROUNDS)
+    np.testing.assert_array_equal(
+        metrics["rounds_to_target"], np.where(last < ROUNDS, last + 1, np.nan)
+    )
+    assert 0 < np.isnan(metrics["rounds_to_target"]).mean() < 1  # both kinds of runs
     np.testing.assert_array_equal(metrics["busiest"], ds["selection_count"].max("client"))
     assert list(metrics.data_vars)[-1] == "busiest"  # the experiment's metrics come last
     assert "final_accuracy" not in metrics

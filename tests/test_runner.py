@@ -20,7 +20,15 @@ from jfl.envs import Environment, Metric, RbcsfEnv
 from jfl.envs.rbcsf import Feedback
 from jfl.kernels import topk_mask
 from jfl.policies import Policy, Selection, get
-from jfl.runner import RunOutput, make_batched_run, make_run, output_dims, run_keys, seed_keys
+from jfl.runner import (
+    CORE_OUTPUTS,
+    RunOutput,
+    make_batched_run,
+    make_run,
+    output_dims,
+    run_keys,
+    seed_keys,
+)
 from jfl.sweep import ChunkStore, run_chunked
 from jfl.trackers import fairness_queue
 
@@ -439,11 +447,12 @@ def test_a_new_round_metric_is_one_subclass(setup, with_trajectories):
     env = SlowestEnv()
     out = with_trajectories
     num_configs = len(hparams["V"])
-    assert list(out.extras)[-4:] == ["num_slow", "time", "selected", "queue"]
+    assert list(out.extras)[-5:] == ["num_slow", "time", "selected", "queue", "nonfinite_round"]
     assert out.num_slow.shape == (num_configs, SEEDS, T)
     assert out.time.shape == (num_configs, SEEDS, T, N)
     parent = batched(keys, hparams)
-    assert list(parent.extras) == list(out.extras)[:-4]  # the fairness queue's
+    own = ["num_slow", "time", "selected", "queue"]  # the subclass's, the trajectories
+    assert list(parent.extras) == [name for name in out.extras if name not in own]
     for name, value in parent.arrays().items():
         np.testing.assert_array_equal(np.asarray(getattr(out, name)), value, name)
     time = np.asarray(out.time)
@@ -491,14 +500,16 @@ def test_output_dims():
         "final_queue": ("client",),
         "last_unmet_round": (),
     }
-    assert output_dims(RbcsfEnv()) == core
-    assert output_dims(RbcsfEnv(), trackers=QUEUE) == {**core, **queue}
+    health = {"nonfinite_round": ()}  # every run's, last
+    assert output_dims(RbcsfEnv()) == {**core, **health}
+    assert output_dims(RbcsfEnv(), trackers=QUEUE) == {**core, **queue, **health}
     assert output_dims(WirelessEnv(), trackers=QUEUE) == {
         **core,
         **queue,
         "set_reward": ("round",),
         "num_failed": ("round",),
         "mean_set_reward": ("round",),
+        **health,
     }
     assert output_dims(HflEnv(), learner=True, trajectories=True) == {
         **core,
@@ -510,9 +521,10 @@ def test_output_dims():
         "test_loss": ("eval",),
         "untrained": (),
         "selected": ("round", "client"),
+        **health,
     }
     with_queue = output_dims(HflEnv(), trajectories=True, trackers=QUEUE)
-    assert list(with_queue)[-2:] == ["selected", "queue"]
+    assert list(with_queue)[-3:] == ["selected", "queue", "nonfinite_round"]
 
     class Clash(RbcsfEnv):
         round_metrics: ClassVar[dict] = {"queue_max": Metric(("round",), "already an output")}
@@ -521,9 +533,46 @@ def test_output_dims():
         output_dims(Clash(), trackers=QUEUE)
 
 
+def test_first_nonfinite_round_against_a_loop():
+    """The first round of a NaN or ±inf among a run's float outputs, against a plain loop over
+    the rounds on random instances: per-round outputs at their round, evaluations at the
+    round they follow, other outputs at round T; integer outputs never; -1 where none."""
+    from jfl.runner import first_nonfinite_round
+
+    rng = np.random.default_rng(0)
+    rounds, every = 12, 3
+    dims = {"a": ("round",), "b": ("round", "client"), "acc": ("eval",), "z": ("client",)}
+    dims["n"] = ("round",)
+    for _ in range(200):
+        values = {
+            "a": rng.normal(size=rounds),
+            "b": rng.normal(size=(rounds, 4)),
+            "acc": rng.normal(size=rounds // every + 1),
+            "z": rng.normal(size=4),
+            "n": rng.integers(0, 9, rounds),
+        }
+        for name in ("a", "b", "acc", "z"):
+            if rng.random() < 0.3:
+                flat = values[name].reshape(-1)
+                flat[rng.integers(flat.size)] = rng.choice([np.nan, np.inf, -np.inf])
+        expected = rounds + 1
+        for t in range(rounds + 1):
+            if t >= 1 and not (
+                np.isfinite(values["a"][t - 1]) and np.isfinite(values["b"][t - 1]).all()
+            ):
+                expected = min(expected, t)
+            if t % every == 0 and not np.isfinite(values["acc"][t // every]):
+                expected = min(expected, t)
+        if not np.isfinite(values["z"]).all():
+            expected = min(expected, rounds)
+        expected = -1 if expected == rounds + 1 else expected
+        as_jax = {name: jnp.asarray(v) for name, v in values.items()}
+        assert int(first_nonfinite_round(as_jax, dims, rounds, every)) == expected
+
+
 def test_run_output_attribute_access():
     """Extras read as attributes; outputs only other runs record read as None; others raise."""
-    core = {name: np.zeros(1) for name in output_dims(RbcsfEnv())}
+    core = {name: np.zeros(1) for name in CORE_OUTPUTS}
     out = RunOutput(**core, extras={"set_reward": np.ones(2)})
     np.testing.assert_array_equal(out.set_reward, np.ones(2))
     assert out.utility is None and out.accuracy is None and out.selected is None

@@ -56,6 +56,23 @@ def test_bootstrap_interval_brackets_the_mean_and_handles_constants():
 
 
 @pytest.mark.parametrize("method", ["t", "bootstrap"])
+def test_missing_values_are_left_out_alike_by_both_intervals(method):
+    """NaN marks a missing value (a censored run): each slice's mean and interval are those of
+    the values it has, as computed from them alone; a slice with none is NaN."""
+    rng = np.random.default_rng(3)
+    x = rng.exponential(size=(12, 5))
+    x[rng.random(x.shape) < 0.3] = np.nan
+    x[:, 4] = np.nan
+    mean, lo, hi = interval(x, axis=0, method=method)
+    for j in range(4):
+        present = x[~np.isnan(x[:, j]), j]
+        expected = interval(present, axis=0, method=method)
+        np.testing.assert_allclose([mean[j], lo[j], hi[j]], expected, rtol=1e-12)
+    assert np.isnan([mean[4], lo[4], hi[4]]).all()
+    assert 0 < np.isnan(x[:, :4]).sum()  # the instance has missing values
+
+
+@pytest.mark.parametrize("method", ["t", "bootstrap"])
 def test_intervals_stay_within_the_quantity_bounds(method):
     """Two seeds of a fraction far apart: the t interval reaches −5 and 6, clipped to [0, 1]; a
     time's lower end to 0; the mean is left alone, NaN (one seed) stays NaN."""

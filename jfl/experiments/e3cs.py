@@ -122,7 +122,7 @@ class E3csClasses(Experiment):
     m: int = 20
     """clients selected per round k, 1 ≤ k ≤ K"""
     availability: float = 1.0
-    """probability that a client is available in a round, in [0, 1] (the paper's: 1)"""
+    """probability that a client is available in a round, in (0, 1] (the paper's: 1)"""
     seeds: int = 32
     rounds: int = 2500
     out: str = "runs/e3cs_classes"
@@ -139,7 +139,8 @@ class E3csClasses(Experiment):
         super().check()
         checks.clients("--clients", self.clients)
         checks.integer("--m", self.m, 1, self.clients, "--clients")
-        checks.in_range("--availability", self.availability, 0.0, 1.0)
+        # At 0 nobody can be selected: no success share, no class fraction to report.
+        checks.in_range("--availability", self.availability, 0.0, 1.0, low_open=True)
         checks.in_range("--success-rates", list(self.success_rates), 0.0, 1.0)
         most = min(self.clients, MAX_CLASSES)
         if not 1 <= len(self.success_rates) <= most:

@@ -101,6 +101,7 @@ def test_class_metrics_on_a_hand_made_dataset():
         (["--m", "9"], "--m must be an integer in [1, --clients=8]"),
         (["--success-rates", "0.5,1.2"], "--success-rates"),
         (["--availability", "2"], "--availability"),
+        (["--availability", "0"], "--availability must be in (0, 1]"),
         (["--policies", "fedcs"], "expected_time"),
         (["--policies", "e3cs,pow_d"], "pow_d"),
         (["--sigma", "0.5,0.5"], "--sigma: duplicate values in [0.5, 0.5]"),

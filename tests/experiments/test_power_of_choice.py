@@ -115,3 +115,21 @@ def test_it_draws_the_gap_against_the_round(tiny):
 )
 def test_bad_flags_are_refused_in_one_line(argv, message, capsys, tmp_path):
     assert message in cli_fails(PowDQuadratic, argv, capsys, tmp_path, prog=PROG)
+
+
+def test_diverged_runs_are_counted_and_named_not_averaged_around(tmp_path, capsys):
+    """--lr 1 diverges: one line names the configuration, its runs and the first round with a
+    NaN or ±inf; the summary counts them (nonfinite_runs) where the stable rate has none."""
+    out = tmp_path / "diverged"
+    argv = [*TINY, "--methods", "pow_d", "--d", "4", "--lr", "0.05,1", "--no-plots"]
+    assert cli.main(PowDQuadratic, [*argv, "--out", str(out)], prog=PROG) == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warning == [
+        "warning: 1 of 2 configurations have runs with NaN or ±inf values, which the means and "
+        "intervals leave out: pow_d learning_rate=1 (3 of 3 runs, from round 10) "
+        "(summary.csv: nonfinite_runs)"
+    ]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["nonfinite_runs"]) == [0, 3]
+    assert np.isfinite(summary["final_gap"][0]) and np.isnan(summary["final_gap"][1])
