@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -240,6 +241,10 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
             f"{prog}: interrupted: {chunks} kept in {config.out}; run the same command to continue",
             file=sys.stderr,
         )
+        if sweep.ABANDONED.is_set():  # a chunk still computing on its thread: leave at once
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(INTERRUPTED)
         return INTERRUPTED
     with reader_gone_is_fine():  # e.g. `| head`: the results are on disk already
         print(result.describe())
@@ -260,7 +265,6 @@ def reader_gone_is_fine():
     """Stdout's reader closing early (``--help | head``) ends the output quietly, exit 0: the
     rest goes to the null device, so neither this write nor the interpreter's last flush prints
     a BrokenPipeError traceback (the recipe of Python's ``signal`` documentation)."""
-    import os
 
     try:
         yield
@@ -292,12 +296,14 @@ def _stop_on_interrupt():
     sweep.STOP.clear()
     previous, previous_hook = signal.signal(signal.SIGINT, interrupt), sys.unraisablehook
     sys.unraisablehook = unraisable
+    sweep.WAIT_OFF_MAIN.set()
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = previous_hook
         sweep.STOP.clear()
+        sweep.WAIT_OFF_MAIN.clear()
 
 
 def means(summary) -> tuple[str, ...]:

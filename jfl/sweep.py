@@ -44,6 +44,15 @@ OUTPUTS = ("results.nc", "results.nc.tmp", "summary.csv", "metadata.json")
 # finished chunks are written): what the command line's Ctrl-C handler does, in case the
 # KeyboardInterrupt it also raises lands where Python ignores it (a garbage-collector callback).
 STOP = threading.Event()
+# Set while the command line's Ctrl-C handler is installed: the device waits (a compilation,
+# a chunk's computation) then run in a thread of their own, so that Ctrl-C acts at once instead
+# of after the chunk in flight (a federated chunk takes seconds to minutes); the chunk in flight
+# is abandoned, the finished ones are on disk. From Python the waits stay on the caller's
+# thread, with whatever JAX settings its context holds.
+WAIT_OFF_MAIN = threading.Event()
+# Set when a Ctrl-C left such a wait running: the interpreter's exit would then stop its thread
+# inside XLA and abort the process, so the command line leaves at once (``jfl.cli.main``).
+ABANDONED = threading.Event()
 _RANGE = re.compile(r"^\s*([^:]+):([^:]+):([^:]+)\s*$")
 
 
@@ -670,7 +679,7 @@ def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jfl-chunk-writer")
 
     def finish(index, arrays):
-        results[index], per_run = chunks.fetch(index, arrays)
+        results[index], per_run = _interruptible(chunks.fetch, index, arrays)
         if chunks.store is not None:
             if len(writes) >= IN_FLIGHT:
                 writes[-IN_FLIGHT].result()  # the disk keeps up, or the host holds few chunks
@@ -682,7 +691,7 @@ def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
     try:
         pending = None
         for index in todo:
-            dispatched = (index, chunks.dispatch(index))
+            dispatched = (index, _interruptible(chunks.dispatch, index))
             if pending is not None:
                 finish(*pending)
             pending = dispatched
@@ -695,6 +704,32 @@ def _pipeline(chunks: _Chunks, todo: list[int], progress) -> dict:
     for write in writes:
         write.result()  # a failed write raises here
     return results
+
+
+def _interruptible(fn: Callable, *args):
+    """``fn(*args)``, waited for in short steps where ``WAIT_OFF_MAIN`` is set, so that a
+    KeyboardInterrupt is raised within a tenth of a second; ``fn`` then finishes unobserved."""
+    if not WAIT_OFF_MAIN.is_set() or threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    outcome = {}
+
+    def call():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as err:  # raised again on the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=call, name="jfl-device-wait", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        ABANDONED.set()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _drain(writer: ThreadPoolExecutor) -> None:

@@ -324,6 +324,36 @@ def test_a_ctrl_c_in_the_final_wait_still_lets_every_chunk_finish_writing(tmp_pa
     assert done.exists()
 
 
+def test_under_the_command_line_device_waits_leave_the_main_thread_free_for_ctrl_c(monkeypatch):
+    """With the command line's Ctrl-C handler (``WAIT_OFF_MAIN``), a chunk's wait runs on a
+    thread of its own: a SIGINT raises KeyboardInterrupt on the main thread while the wait is
+    still blocked (a compilation or an XLA computation would hold the main thread until it
+    ends); without the handler it runs on the caller's thread."""
+    import signal
+    import threading
+
+    from jfl import sweep
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("the tests run on the main thread, where signals are delivered")
+    release, seen = threading.Event(), []
+
+    def blocked():
+        seen.append(threading.current_thread())
+        release.wait(60)
+
+    monkeypatch.setattr(sweep, "WAIT_OFF_MAIN", threading.Event())
+    sweep.WAIT_OFF_MAIN.set()
+    main = threading.main_thread().ident
+    threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        sweep._interruptible(blocked)
+    assert not release.is_set() and seen[0] is not threading.main_thread()
+    release.set()
+    sweep.WAIT_OFF_MAIN.clear()
+    assert sweep._interruptible(threading.current_thread) is threading.main_thread()
+
+
 # --------------------------------------------------------------------------- run_policy_grid
 
 
