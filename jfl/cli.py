@@ -17,6 +17,7 @@ experiment's settings, and variants that override a base config inherit its flag
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import os
@@ -150,6 +151,12 @@ def parse(config_type, argv=None, prog: str | None = None):
     prog = prog or Path(sys.argv[0]).name
     args = list(sys.argv[1:] if argv is None else argv)
     default = setting_default(config_type, args, prog)
+    if {"-h", "--help"} & set(args):
+        text = grouped_help(config_type, prog, default)
+        if text is not None:
+            with reader_gone_is_fine():
+                print(text)
+            raise SystemExit(0)
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), reader_gone_is_fine():
@@ -166,6 +173,112 @@ def parse(config_type, argv=None, prog: str | None = None):
             fail(prog, _plain(_one_line(panel)) + _did_you_mean(panel))
         sys.stderr.write(captured.getvalue())
         raise
+
+
+# ``--help``'s sections after the experiment's own flags and its policies' hyperparameters:
+# the flags every experiment shares (``jfl.driver.Experiment``), by topic.
+FLAG_SECTIONS = {
+    "sweep": ("seeds", "base_seed", "rounds"),
+    "output": (
+        *("out", "resume", "overwrite", "reuse_stale", "per_run_rounds", "trajectories"),
+        *("keep_chunks", "ci", "plots", "plot_at", "quiet"),
+    ),
+    "execution": ("chunk_size", "memory_budget", "fast_prng", "compilation_cache"),
+    "distributed": (
+        *("distributed", "coordinator", "num_processes", "process_id", "distributed_timeout"),
+    ),
+}
+
+
+def grouped_help(config_type, prog: str, default=None) -> str | None:
+    """``--help`` in sections: the experiment's own flags, each policy's hyperparameters under
+    the policy's name, a nested config's flags under its name, then ``FLAG_SECTIONS``. None
+    where tyro cannot hand over its parser (its own help is printed then)."""
+    import argparse
+
+    tyro_parser = argument_parser(config_type, prog, default)
+    if tyro_parser is None:
+        return None
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        usage=f"{prog} [-h] [OPTIONS]",
+        description=tyro_parser.description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    own = f"{getattr(config_type, 'name', prog)} options"
+    sections = [own, *_policy_sections(config_type), *FLAG_SECTIONS]
+    for action in tyro_parser._actions:
+        title = _section(action.dest.replace("-", "_"), config_type) or own
+        if title not in groups:
+            groups[title] = parser.add_argument_group(title)
+        _show(groups[title], action)
+    parser._action_groups = [groups[title] for title in _ordered(sections, groups)]
+    return parser.format_help().rstrip()
+
+
+def argument_parser(config_type, prog: str | None = None, default=None):
+    """tyro's argparse parser of ``config_type`` (None for a tyro that no longer hands it
+    over: ``get_parser`` is deprecated)."""
+    import warnings
+
+    options = {} if default is None else {"default": default}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return tyro.extras.get_parser(
+                config_type, prog=prog, description=config_type.__doc__, **options
+            )
+    except Exception:
+        return None
+
+
+def _ordered(sections: list[str], groups: dict) -> list[str]:
+    """The groups in ``sections`` order, the nested configs' before the shared ones."""
+    shared = [title for title in FLAG_SECTIONS if title in groups]
+    first = [title for title in sections if title in groups and title not in shared]
+    nested = [title for title in groups if title not in first and title not in shared]
+    return [*first, *nested, *shared]
+
+
+def _policy_sections(config_type) -> dict[str, tuple[str, ...]]:
+    """The hyperparameter fields of ``config_type`` that policies read, by "<policies>
+    hyperparameters" title; readers among the experiment's default policies (or methods)
+    where it has such (``alpha`` is RBCS-F's in an RBCS-F sweep, not LinUCB's too)."""
+    from jfl.policies import REGISTRY
+
+    chosen = getattr(config_type, "policies", None) or getattr(config_type, "methods", ())
+    chosen = chosen if isinstance(chosen, tuple | list) else ()
+    sections: dict[str, tuple[str, ...]] = {}
+    for field in dataclasses.fields(config_type):
+        readers = [p for p, spec in REGISTRY.items() if field.name in spec.hparams]
+        readers = [p for p in readers if p in chosen] or readers
+        if readers:
+            title = f"{', '.join(readers)} hyperparameters"
+            sections[title] = (*sections.get(title, ()), field.name)
+    return sections
+
+
+def _section(dest: str, config_type) -> str | None:
+    """The help section of the flag whose destination is ``dest``; None: the experiment's own."""
+    for title, names in {**_policy_sections(config_type), **FLAG_SECTIONS}.items():
+        if dest in names:
+            return title
+    if "." in dest:  # a nested config's field (e.g. training.lr)
+        return f"{dest.split('.')[0]} options"
+    return None
+
+
+def _show(group, action) -> None:
+    """``action`` of tyro's parser, as help text only, in ``group``: metavars without tyro's
+    "{None}|" and no "(default: None)" (an optional value is just not given)."""
+    options = {"help": (action.help or "").replace(" (default: None)", ""), "dest": "shown"}
+    if action.nargs == 0:  # a switch (--quiet, --no-quiet) or -h
+        group.add_argument(*action.option_strings, action="store_true", **options)
+    else:
+        metavar = str(action.metavar).removeprefix("{None}|")
+        group.add_argument(*action.option_strings, metavar=metavar, **options)
 
 
 def setting_default(config_type, args: list[str], prog: str):

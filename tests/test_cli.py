@@ -7,7 +7,9 @@ bad input (tyro's parse errors and the config's checks alike) is one stderr line
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 import subprocess
 import sys
 
@@ -88,6 +90,77 @@ def test_help_exits_0_listing_the_flags(capsys):
     for flag in ("--V", "--beta", "--p-available", "--seeds", "--out", "--no-plots", "--resume"):
         assert flag in text, flag
     assert "error" not in captured.err
+
+
+def _help(config_type, capsys) -> list[str]:
+    with pytest.raises(SystemExit) as exc:
+        cli.parse(config_type, ["--help"], prog="prog")
+    assert exc.value.code in (0, None)
+    return capsys.readouterr().out.splitlines()
+
+
+def test_help_lists_the_experiments_own_flags_first_then_sections(capsys):
+    """fl_selection's --help: its own flags first, each policy's hyperparameters under its name,
+    the training flags, then sweep, output, execution and distributed; every flag of tyro's
+    parser is listed once, no "{None}|" metavar."""
+    from jfl.experiments import FlSelection
+
+    lines = _help(FlSelection, capsys)
+    titles = [line[:-1] for line in lines if line.endswith(":") and not line.startswith(" ")]
+    assert titles == [
+        "fl_selection options",
+        "rbcsf hyperparameters",
+        "fedcs hyperparameters",
+        "dirichlet_random hyperparameters",
+        "pow_d, cpow_d, rpow_d hyperparameters",
+        "e3cs hyperparameters",
+        "training options",
+        "sweep",
+        "output",
+        "execution",
+        "distributed",
+    ]
+    section = {}
+    for line in lines:
+        if line in {f"{title}:" for title in titles}:
+            current = line[:-1]
+        elif line.startswith("  --"):
+            section[line.split()[0].rstrip(",")] = current
+    assert section["--policies"] == section["--partition"] == "fl_selection options"
+    assert section["--V"] == section["--beta"] == "rbcsf hyperparameters"
+    assert section["--d"] == "pow_d, cpow_d, rpow_d hyperparameters"
+    assert section["--lr"] == "training options"
+    assert section["--seeds"] == "sweep" and section["--chunk-size"] == "execution"
+    assert section["--out"] == "output" and section["--coordinator"] == "distributed"
+    text = "\n".join(lines)
+    assert "{None}" not in text and "(default: None)" not in text
+    assert lines[0] == "usage: prog [-h] [OPTIONS]"
+
+
+def test_every_shared_flag_has_one_help_section():
+    from jfl.driver import Experiment
+
+    listed = [name for names in cli.FLAG_SECTIONS.values() for name in names]
+    assert sorted(listed) == sorted(f.name for f in dataclasses.fields(Experiment))
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_every_experiments_help_lists_each_flag_once(name, capsys):
+    flags = {
+        option
+        for action in cli.argument_parser(EXPERIMENTS[name])._actions
+        for option in action.option_strings
+        if option.startswith("--")
+    }
+    lines = _help(EXPERIMENTS[name], capsys)
+    invocations = [re.split(r"\s{2,}", line.strip())[0] for line in lines if line.startswith("  -")]
+    shown = [
+        option.rstrip(",")
+        for invocation in invocations
+        for option in invocation.split()
+        if option.startswith("--")
+    ]
+    assert sorted(shown) == sorted(flags)
 
 
 # --------------------------------------------------------------------------- errors
