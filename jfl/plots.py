@@ -23,12 +23,15 @@ dataset (``ds["policy"]``; a summary's ``policy`` column), whatever subset a fig
 :data:`PALETTE`'s 24 colours. The lines of one policy with different hyperparameters (``V = 1,
 10``) share its hue, from dark to light in the order drawn, and differ in line style too
 (:func:`line_styles`). Legends stand to the right of their axes, outside the data, in a figure
-widened for them and laid out by matplotlib's constrained layout, so nothing is clipped.
+widened for them. Every figure is laid out by matplotlib's constrained layout (:func:`_subplots`)
+and saved by :func:`save`, which first wraps the titles and labels longer than their axes, so
+no text is clipped.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 import unicodedata
 from collections.abc import Sequence
 
@@ -39,6 +42,8 @@ from matplotlib.figure import Figure
 
 from jfl.stats import INTERVALS, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, stats_ci
 
+# Dots per inch of every saved figure.
+DPI = 120
 # Interval methods by name, as legends say them.
 INTERVAL_NAMES = {"t": "Student-t", "bootstrap": "bootstrap"}
 # Most lines one panel of a figure draws; a figure of more lines is split into panels sharing
@@ -87,11 +92,68 @@ def format_values(values, most: int = 6) -> str:
     return "{" + ", ".join(values) + "}"
 
 
-def _subplots(*args, **kwargs):
-    """A figure outside pyplot (no backend, no global state) and its axes; ``layout``: its
-    layout engine (``"constrained"``: room made for legends outside the axes), none by default."""
-    fig = Figure(figsize=kwargs.pop("figsize", None), layout=kwargs.pop("layout", None))
+def _subplots(*args, figsize=None, **kwargs):
+    """A figure outside pyplot (no backend, no global state) and its axes (``Figure.subplots``'
+    arguments), in matplotlib's constrained layout: every figure's, so that titles, labels,
+    colour bars and legends outside the axes get their room instead of being clipped."""
+    fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     return fig, fig.subplots(*args, **kwargs)
+
+
+def save(fig: Figure, path) -> Figure:
+    """Save ``fig`` to ``path`` at :data:`DPI` once its long texts are wrapped to fit
+    (:func:`fit_texts`), and return it: every figure is saved so."""
+    fit_texts(fig)
+    fig.savefig(path, dpi=DPI)
+    return fig
+
+
+def fit_texts(fig: Figure, rounds: int = 4) -> None:
+    """Break the axes' titles and axis labels longer than their axes (a suptitle longer than
+    the figure) at spaces, measured as laid out, until they fit: constrained layout makes room
+    around the axes for what it is given, but a text wider than the figure is clipped whatever
+    the layout. Each wrap changes the layout, so it is measured again, ``rounds`` times at most;
+    ``fig`` is left laid out as it is saved."""
+    given: dict = {}  # each wrapped text: (its lines as given, the characters a line holds)
+    for _ in range(rounds):
+        fig.draw_without_rendering()
+        if not _wrap_long_texts(fig, given):
+            return
+    fig.draw_without_rendering()
+
+
+def _wrap_long_texts(fig: Figure, given: dict) -> bool:
+    """One round of :func:`fit_texts` on ``fig`` as last laid out; whether any text changed."""
+    changed = False
+    for ax in fig.axes:
+        box = ax.get_window_extent()
+        for text in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label):
+            changed |= _wrap(text, box.width, given)
+        changed |= _wrap(ax.yaxis.label, box.height, given)
+    if fig._suptitle is not None:
+        changed |= _wrap(fig._suptitle, fig.bbox.width, given)
+    return changed
+
+
+def _wrap(text, room: float, given: dict) -> bool:
+    """Wrap ``text``'s lines as given (``given`` keeps them, and the characters per line so
+    far) at spaces, fewer characters a line than last time, so that it spans about ``room``
+    pixels along its direction (a y label's is vertical); whether it changed. A value stays
+    with its name ("τ_max = 0.5 s" is not broken at its "=")."""
+    box = text.get_window_extent()
+    size = box.height if text.get_rotation() % 180 == 90 else box.width
+    if not text.get_text() or size <= room:
+        return False
+    lines, most = given.get(text, (text.get_text().splitlines(), None))
+    longest = max(len(line) for line in text.get_text().splitlines())
+    width = max(8, int(longest * room / size))
+    width = width if most is None else max(8, min(width, most - 1))
+    given[text] = (lines, width)
+    kept = [line.replace(" = ", "\u00a0=\u00a0") for line in lines]
+    wrapped = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in kept)
+    changed = wrapped != text.get_text()
+    text.set_text(wrapped)
+    return changed
 
 
 def band(ax, x, samples, label=None, level=0.95, method="t", bounds: Bounds = UNBOUNDED, **kwargs):
@@ -290,10 +352,7 @@ def _line_figure(
     row_height = height if rows == 1 else max(3.0, 0.75 * height)
     row_height = max(row_height, *(h + 0.9 for _, h in legends))
     figsize = (width + max(w for w, _ in legends), row_height * rows)
-    fig, axes = _subplots(
-        rows, columns, figsize=figsize, sharex=True, sharey=True, squeeze=False,
-        layout="constrained",
-    )  # fmt: skip
+    fig, axes = _subplots(rows, columns, figsize=figsize, sharex=True, sharey=True, squeeze=False)
     return fig, axes
 
 
@@ -404,8 +463,7 @@ def plot_over_rounds(
                 method=method, bounds=bounds, **styles[i],
             )  # fmt: skip
     _finish(axes, groups, "round", ylabel, title, (subtitle,), legend_title)
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)
 
 
 def plot_pull_record(
@@ -446,8 +504,7 @@ def plot_pull_record(
         axes, groups, "client (sorted by pull count)",
         f"selections after {ds.sizes['round']} rounds", "Pull record", (subtitle,), legend_title,
     )  # fmt: skip
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)
 
 
 def averaged_columns(summary: pd.DataFrame, by: Sequence[str]) -> dict[str, list[float]]:
@@ -479,9 +536,7 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     ax.set_ylabel(y)
     _title(ax, title or metric, f"mean over {over}" if over else "")
     fig.colorbar(image, ax=ax, label=f"{metric}, mean over {over}" if over else metric)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)
 
 
 def plot_metric_vs(
@@ -529,8 +584,7 @@ def plot_metric_vs(
                 **styles[i],
             )  # fmt: skip
     _finish(axes, groups, x, ylabel or metric, title or metric, (), "")
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)
 
 
 def _label_columns(summary: pd.DataFrame) -> list[str]:
@@ -579,8 +633,7 @@ def plot_selection_fraction(
         ax.set_title(f"client {k + 1}")
     if len(groups) > 1:
         fig.suptitle(_panels_note(groups), fontsize=9)
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)
 
 
 EVALUATION_LABELS = {"accuracy": "test accuracy", "test_loss": "test loss"}
@@ -635,5 +688,4 @@ def plot_accuracy(
         axes, groups, "round" if against == "round" else "simulated wall-clock time (s)",
         ylabel, title or f"{ylabel.capitalize()} vs {against_name}", (), legend_title,
     )  # fmt: skip
-    fig.savefig(path, dpi=120)
-    return fig
+    return save(fig, path)

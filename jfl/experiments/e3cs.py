@@ -202,10 +202,9 @@ class E3csClasses(Experiment):
 def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None:
     """Each configuration's selection fraction per class (mean and interval over seeds), with
     E3CS's fairness floor as a tick where it has one."""
-    from matplotlib.figure import Figure
+    from jfl import plots
 
-    fig = Figure(figsize=(7.0, 4.2))
-    ax = fig.subplots()
+    fig, ax = plots._subplots(figsize=(7.0, 4.2))
     width = 0.8 / max(len(summary), 1)
     x = np.arange(num_classes)
     for row, (_, config) in enumerate(summary.iterrows()):
@@ -228,5 +227,4 @@ def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None
     ax.set_title("Selection fraction per class (black ticks: E3CS's σ)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    plots.save(fig, path)

@@ -291,5 +291,4 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
         ax.grid(alpha=0.3)
         ax.set_title(f"{title} ({scale})", fontsize=9)
     axes[1].legend(fontsize=7, title=plots.band_title(ds, "gap", method), title_fontsize=7)
-    fig.tight_layout()
-    fig.savefig(folder / "gap_vs_round.png", dpi=120)
+    plots.save(fig, folder / "gap_vs_round.png")

@@ -1,0 +1,300 @@
+"""Every figure the 13 experiments write, drawn once from hand-made results in the shape each
+experiment's runs produce (nothing compiles or runs), and what a reader must be able to trust
+in each: no text cut off at the canvas's edges, no legend over the data.
+
+The datasets hold random values of the outputs each experiment's runner records (its
+environment's metrics, the fairness queue, a learner's evaluations) for the configurations it
+builds, with what its ``finish`` adds (benchmarks, the oracle's utility); the summaries come
+from them as the driver makes them. A few settings besides the defaults reach the figures that
+only grids draw (heatmaps, metrics against a swept value) and the longest titles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from jfl import results
+from jfl.experiments import (
+    BetaRhoGrid,
+    CocsHfl,
+    CsUcbIdeal,
+    CsUcbQDelay,
+    CsUcbQFairness,
+    E3csClasses,
+    FlCocs,
+    FlCsUcbIdeal,
+    FlCsUcbQ,
+    FlRbcsf,
+    FlSelection,
+    PowDQuadratic,
+    VBetaGrid,
+)
+from jfl.experiments.common import with_queue_rate
+from jfl.experiments.cs_ucb import add_scenario, add_scenario_vectors
+from jfl.sweep import config_table
+from tests.experiments.test_figures import reduced
+
+SEEDS, ROUNDS, EVALS = 3, 8, 3
+# Pixels a text may reach past the canvas (antialiasing of its last glyph).
+TOLERANCE = 1.0
+# Per-run outputs by what records them, with their dims after [config, seed].
+QUEUE = {"queue_mean": ("round",), "queue_max": ("round",), "final_queue": ("client",),
+         "last_unmet_round": ()}  # fmt: skip
+WIRELESS = {"set_reward": ("round",), "num_failed": ("round",), "mean_set_reward": ("round",)}
+SUCCESS = {"num_success": ("round",)}
+HFL = {"utility": ("round",), **SUCCESS}
+LEARNER = {"wall_clock": ("round",), "num_delivered": ("round",), "accuracy": ("eval",),
+           "test_loss": ("eval",)}  # fmt: skip
+
+
+def runs(configs: pd.DataFrame, clients: int, outputs=(), seed=0, trajectories=False):
+    """Random outputs of every run of ``configs`` (``SEEDS`` seeds, ``ROUNDS`` rounds, ``EVALS``
+    evaluations): the runner's core outputs, ``outputs`` ({name: dims}) and, with
+    ``trajectories``, the selections; labelled as ``jfl.results.to_dataset`` labels a sweep."""
+    rng = np.random.default_rng(seed)
+    lead = (len(configs), SEEDS)
+    sizes = {"round": ROUNDS, "client": clients, "eval": EVALS}
+    selected = rng.random((*lead, ROUNDS, clients)) < 0.5
+    arrays = {
+        "round_time": rng.random((*lead, ROUNDS)),
+        "num_selected": selected.sum(-1),
+        "selection_count": selected.sum(-2),
+        "nonfinite_round": np.full(lead, -1),
+    }
+    for name, dims in dict(outputs).items():
+        values = rng.random((*lead, *(sizes[d] for d in dims)))
+        arrays[name] = np.cumsum(values, -1) if name == "wall_clock" else values
+    if trajectories:
+        arrays["selected"] = selected
+    return results.to_dataset(arrays, configs, np.arange(SEEDS))
+
+
+def summarised(config, ds) -> tuple:
+    """``(config, ds, summary)`` as the driver hands them to ``config.figures``."""
+    summary = results.summarize(ds, metrics=config.metrics, bounds=config.metric_bounds)
+    return config, ds, summary
+
+
+def v_beta_grid(grid):
+    ds = reduced(grid)
+    config = VBetaGrid(**{k: tuple(v) for k, v in grid.items()}, seeds=ds.sizes["seed"])
+    return config, ds, results.summary_table(ds, ["mean_round_time", "min_selection_rate"])
+
+
+def regret_sweep(config, configs):
+    """A CS-UCB-family sweep with its regret benchmark (``regret_plan``'s ``finish``)."""
+    rng = np.random.default_rng(1)
+    ds = runs(configs, config.clients, {**WIRELESS, **QUEUE}, trajectories=config.trajectories)
+    fairness, availability = config.fairness_vectors(configs)
+    benchmark = 0.9 + 0.1 * rng.random((len(configs), SEEDS))
+    mu = rng.random((SEEDS, config.clients))
+    ds = add_scenario(ds, fairness=fairness, availability=availability, benchmark=benchmark,
+                      mu=mu, tau_max=config.tau_max)  # fmt: skip
+    return summarised(config, ds)
+
+
+def planned(config, outputs, **options):
+    """A sweep whose plan is cheap to build (no compilation): its configurations and finish."""
+    plan = config.plan()
+    ds = runs(plan.configs, config.clients, outputs, **options)
+    return summarised(config, ds if plan.finish is None else plan.finish(ds))
+
+
+def pow_d_quadratic():
+    every = ROUNDS // (EVALS - 1)
+    config = PowDQuadratic(rounds=ROUNDS, eval_every=every, early_round=every)
+    ds = runs(config.configs(), config.clients)
+    rng = np.random.default_rng(2)
+    gap = np.cumprod(0.5 + 0.5 * rng.random((ds.sizes["config"], SEEDS, EVALS)), -1)
+    ds = ds.assign(gap=(("config", "seed", "eval"), gap))
+    ds = ds.assign_coords(eval=np.arange(EVALS) * every)
+    return summarised(config, ds)
+
+
+def federated(config, configs, outputs=QUEUE, rate=None):
+    """A federated sweep: its configurations with their aggregation, the learner's outputs
+    besides ``outputs`` and the target accuracy (``FederatedTraining.federated_plan``'s
+    finish)."""
+    configs = config.training.with_aggregation(configs)
+    ds = runs(configs, config.clients, {**LEARNER, **outputs})
+    if rate is not None:
+        ds["queue_rate"] = (("config", "client"), np.full((len(configs), config.clients), rate))
+    ds.attrs["target_accuracy"] = config.training.target_accuracy
+    return summarised(config, ds)
+
+
+def fl_rbcsf():
+    config = FlRbcsf(gamma1=(1.0,))
+    configs = config_table(config.policies, config.grid(),
+                           shared=config.training.columns(len(config.gamma1)))  # fmt: skip
+    configs = with_queue_rate(configs, config.beta[0])
+    configs.insert(1, "gamma1", [config.gamma1[int(i)] for i in configs["partition"]])
+    return federated(config, configs)
+
+
+def fl_selection():
+    config = FlSelection(dirichlet=(0.1,))
+    splits = config.splits()
+    configs = config_table(config.policies, config.grid(),
+                           shared=config.training.columns(len(splits)))  # fmt: skip
+    configs = with_queue_rate(configs, config.beta[0])
+    index = configs["partition"].astype(int)
+    configs.insert(1, "split", [splits[i].label for i in index])
+    configs.insert(2, "dirichlet", [splits[i].dirichlet for i in index])
+    return federated(config, configs)
+
+
+def fl_cs_ucb_ideal():
+    config = FlCsUcbIdeal()
+    configs = config_table(config.policies, {}, shared=config.training.columns())
+    return federated(config, configs, WIRELESS)
+
+
+def fl_cs_ucb_q():
+    config = FlCsUcbQ()
+    configs = config_table(config.policies, {"beta": list(config.beta)},
+                           shared=config.training.columns())  # fmt: skip
+    return federated(config, configs, {**WIRELESS, **QUEUE}, rate=0.2)
+
+
+def fl_cocs():
+    config = FlCocs()
+    configs = config_table(config.policies, {},
+                           shared={**config.scenario(), **config.training.columns()})  # fmt: skip
+    return federated(config, configs, HFL)
+
+
+def cs_ucb_q_delay():
+    config = CsUcbQDelay()
+    plan = config.plan()
+    ds = runs(plan.configs, config.clients, {**WIRELESS, **QUEUE})
+    fairness, availability = (plan.per_config[k] for k in ("fairness", "availability"))
+    ds = add_scenario_vectors(ds, fairness=fairness, availability=availability,
+                              tau_max=config.tau_max)  # fmt: skip
+    return summarised(config, ds)
+
+
+# name: a function returning (config, ds, summary). The experiments' defaults, except where
+# a grid draws more figures (heatmaps, metrics against a swept value) or longer titles; a
+# federated experiment writes the same two figures per scenario (split × learning rate), so one
+# scenario each (the drawing is most of this file's time).
+SWEEPS = {
+    "v_beta_grid": lambda: v_beta_grid(
+        {"V": [0.0, 25.0, 50.0], "beta": [0.0, 0.15, 0.3], "alpha": [0.05, 0.1, 0.2]}
+    ),
+    # A third of a second, a hundred clients, ten channels: its longest captions.
+    "cs_ucb_ideal": lambda: regret_sweep(
+        CsUcbIdeal(clients=100, tau_max=1 / 3, plot_at=("N=10",)), CsUcbIdeal().configs()
+    ),
+    "cs_ucb_q_fairness": lambda: regret_sweep(CsUcbQFairness(), CsUcbQFairness().configs()),
+    "cs_ucb_q_delay": cs_ucb_q_delay,
+    "beta_rho_grid": lambda: regret_sweep(BetaRhoGrid(), BetaRhoGrid().configs()),
+    "cocs_hfl": lambda: planned(
+        CocsHfl(budget=(3.5, 5.0), deadline=(3.0, 4.0), h_T=(2.0, 5.0), z=(0.2, 0.4)), HFL
+    ),
+    "e3cs_classes": lambda: planned(E3csClasses(), SUCCESS),
+    "fl_rbcsf": fl_rbcsf,
+    "fl_cs_ucb": fl_cs_ucb_ideal,
+    "fl_cs_ucb_q": fl_cs_ucb_q,
+    "fl_cocs": fl_cocs,
+    "fl_selection": fl_selection,
+    "pow_d_quadratic": pow_d_quadratic,
+}
+
+
+@contextlib.contextmanager
+def laid_out_figures():
+    """``{file name: Figure}`` of every figure saved while active, as laid out to be saved
+    (``jfl.plots.save`` lays it out at the dpi it saves at) but not written: rendering the
+    PNGs would cost most of the time (the experiments' own tests read theirs back)."""
+    saved: dict = {}
+
+    def record(self, fname, *args, dpi=None, **kwargs):
+        if self.stale or dpi not in (None, self.dpi):  # not laid out as it is saved
+            self.set_dpi(dpi or self.dpi)
+            self.draw_without_rendering()
+        saved[Path(fname).name] = self
+
+    with mock.patch.object(Figure, "savefig", record):
+        yield saved
+
+
+@pytest.fixture(scope="module")
+def drawn() -> dict:
+    """``{(sweep, file name): Figure}`` of every figure of every sweep of ``SWEEPS``."""
+    figures = {}
+    for name, make in SWEEPS.items():
+        config, ds, summary = make()
+        with laid_out_figures() as saved:
+            config.figures(ds, summary, Path("/nonexistent"))
+        assert saved, name
+        figures.update({(name, file): figure for file, figure in saved.items()})
+    return figures
+
+
+def test_every_experiment_draws_its_figures(drawn):
+    experiments = {name.split()[0] for name, _ in drawn}
+    assert len(experiments) == 13, sorted(experiments)
+    assert len({file for _, file in drawn}) > 30
+    assert ("cs_ucb_ideal", "realised_gap_vs_round.png") in drawn
+    assert ("beta_rho_grid", "heatmap_cs_ucb_q_rounds_to_target.png") in drawn
+
+
+def _within(loc: float, interval) -> bool:
+    low, high = sorted(interval)
+    slack = 1e-9 * max(1.0, high - low)
+    return low - slack <= loc <= high + slack
+
+
+def visible_texts(figure) -> list:
+    """Every text a reader sees on ``figure``: its suptitle and texts, and on each axes the
+    titles, axis labels and their offsets, the tick labels of the ticks in view, annotations
+    and the legend's title and entries."""
+    texts = [*figure.texts]
+    if figure._suptitle is not None:
+        texts.append(figure._suptitle)
+    for ax in figure.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        for axis in (ax.xaxis, ax.yaxis):
+            texts += [axis.label, axis.offsetText]
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if tick.get_visible() and _within(tick.get_loc(), axis.get_view_interval()):
+                    texts += [tick.label1, tick.label2]
+        legend = ax.get_legend()
+        if legend is not None:
+            texts += [legend.get_title(), *legend.get_texts()]
+    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+
+
+def test_no_text_is_cut_off_at_the_canvas_edges(drawn):
+    """Titles, axis labels, tick labels, legends and notes lie whole on the canvas (within a
+    pixel), in every figure of every experiment."""
+    cut = []
+    for (name, file), figure in drawn.items():
+        renderer = figure._get_renderer()
+        page = figure.bbox
+        for text in visible_texts(figure):
+            box = text.get_window_extent(renderer)
+            if (
+                box.x0 < page.x0 - TOLERANCE
+                or box.x1 > page.x1 + TOLERANCE
+                or box.y0 < page.y0 - TOLERANCE
+                or box.y1 > page.y1 + TOLERANCE
+            ):
+                cut.append(f"{name}/{file}: {text.get_text()[:50]!r} at {box.extents.round()}")
+    assert not cut, "\n".join(cut)
+
+
+def test_figures_use_constrained_layout(drawn):
+    for (name, file), figure in drawn.items():
+        assert figure.get_layout_engine().__class__.__name__ == "ConstrainedLayoutEngine", (
+            name,
+            file,
+        )
