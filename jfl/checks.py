@@ -8,7 +8,9 @@ lines', the environments' parameters, the policies' hyperparameters (``HParam``)
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -135,3 +137,35 @@ def grid_point(name: str, items: Sequence[str], axes: Mapping[str, Sequence[floa
                 )
             point[axis] = float(grid[match[0]])
     return point
+
+
+def in_python_terms(message: str, config) -> str:
+    """A refusal worded for the command line in the words of the Python API, for the fields of
+    the dataclass ``config`` (nested ones included): a switch ``--overwrite`` / ``--no-plots``
+    becomes ``overwrite=True`` / ``plots=False``, any other flag its field (``--rounds``:
+    ``rounds``, ``--lr``: ``training.lr``); other text is left alone."""
+    fields = _field_paths(config)
+
+    def python(match: re.Match) -> str:
+        name = match[1].replace("-", "_")
+        negated = name.startswith("no_") and name[3:] in fields
+        name = name[3:] if negated else name
+        if name not in fields:
+            return match[0]
+        path, value = fields[name]
+        return f"{path}={not negated}" if isinstance(value, bool) else path
+
+    return re.sub(r"(?<![\w-])--([A-Za-z][\w-]*)", python, message)
+
+
+def _field_paths(config, prefix: str = "") -> dict[str, tuple[str, object]]:
+    """Each field of ``config`` by name: its dotted path and value (nested dataclasses'
+    fields too, as the command line flattens them)."""
+    paths = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            paths.update(_field_paths(value, f"{prefix}{field.name}."))
+        else:
+            paths.setdefault(field.name, (f"{prefix}{field.name}", value))
+    return paths

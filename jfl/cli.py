@@ -344,7 +344,7 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
     config = parse(config_type, argv, prog)
     try:
         with _stop_on_interrupt():
-            result = driver.run(config)
+            result = driver.run(config, words="flags")
     except ValueError as err:  # bad settings, or a corrupt stored chunk found while resuming
         fail(prog, str(err))
     except KeyboardInterrupt:  # every finished chunk is on disk: say so, and how to go on

@@ -340,8 +340,23 @@ def per_run_outputs(
     )
 
 
-def run(config: Experiment) -> Result:
-    """Check, plan, run (resuming what ``config.out`` holds) and write one sweep."""
+def run(config: Experiment, *, words: str = "python") -> Result:
+    """Check, plan, run (resuming what ``config.out`` holds) and write one sweep.
+
+    A refusal (ValueError) names the config's fields as Python reads them (``overwrite=True``,
+    ``rounds``); ``words="flags"`` keeps the command line's flags (``--overwrite``,
+    ``--rounds``), as ``jfl.cli.main`` does."""
+    from jfl import checks
+
+    try:
+        return _run(config)
+    except ValueError as err:
+        if words == "flags":
+            raise
+        raise ValueError(checks.in_python_terms(str(err), config)) from err
+
+
+def _run(config: Experiment) -> Result:
     import jax
 
     from jfl import distributed, prng, provenance, sweep

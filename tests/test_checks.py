@@ -138,3 +138,19 @@ def test_distinct():
         ValueError, match=re.escape("--policies: duplicate values in ['a', 'b', 'a']")
     ):
         checks.distinct("--policies", ("a", "b", "a"))
+
+
+def test_refusals_read_in_python_terms_from_python():
+    """A command line's refusal in the Python API's words: switches as ``name=True/False``,
+    other flags as their (nested) field; unknown flags and other text left alone."""
+    from jfl.experiments import FlSelection
+
+    config = FlSelection()
+    words = checks.in_python_terms
+    assert words("--overwrite recomputes them, --reuse-stale keeps them", config) == (
+        "overwrite=True recomputes them, reuse_stale=True keeps them"
+    )
+    assert words("--no-plots; --rounds must be ≥ 1; --lr > 0", config) == (
+        "plots=False; rounds must be ≥ 1; training.lr > 0"
+    )
+    assert words("--bogus and x--rounds", config) == "--bogus and x--rounds"

@@ -246,7 +246,7 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_chunks(capsys, tmp_path, monk
     (tmp_path / "out" / "chunks" / "random").mkdir(parents=True)
     (tmp_path / "out" / "chunks" / "random" / "chunk_000000.npz").write_bytes(b"")
 
-    def interrupted(config):
+    def interrupted(config, **options):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(driver, "run", interrupted)
