@@ -388,10 +388,10 @@ def check_out_dir(out: Path, settings: Mapping, overwrite: bool, resume: bool = 
     if overwrite or not path.exists():
         return
     try:
-        old = json.loads(path.read_text())
+        old = read_manifest(out)
     except (OSError, json.JSONDecodeError):
         return  # prepare_out_dir names the problem
-    settings = json.loads(json.dumps(settings, default=str))
+    settings = as_stored(settings)
     _refuse_other_settings(out, {k: old.get(k) for k in settings}, settings)
 
 
@@ -415,14 +415,28 @@ def stored_chunk_size(out: Path, settings: Mapping) -> int | None:
     """The chunk size of the sweep ``out`` holds with these ``settings`` on this many devices
     (a resumed sweep keeps its chunks whatever memory is free now), None if there is none."""
     try:
-        old = json.loads((Path(out) / MANIFEST).read_text())
+        old = read_manifest(out)
     except (OSError, json.JSONDecodeError):
         return None
-    settings = json.loads(json.dumps(settings, default=str))
+    settings = as_stored(settings)
     same = all(old.get(k) == v for k, v in settings.items())
     if not same or old.get("devices") != jax.local_device_count():
         return None
     return old.get("chunk_configs")
+
+
+def as_stored(settings: Mapping) -> dict:
+    """``settings`` as a manifest file holds them, the form they are compared in: JSON types,
+    non-finite numbers as the strings "inf", "-inf", "nan" (strict JSON)."""
+    from jfl.results import strict_json
+
+    return json.loads(strict_json(settings))
+
+
+def read_manifest(out: Path) -> dict:
+    """The manifest of the sweep ``out`` holds, :func:`as_stored` (one written before manifests
+    were strict JSON, with a bare ``Infinity``, reads the same)."""
+    return as_stored(json.loads((Path(out) / MANIFEST).read_text()))
 
 
 def _nothing_to_resume(out: Path) -> str:
@@ -466,10 +480,10 @@ def prepare_out_dir(
     path = out / MANIFEST
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    manifest = json.loads(json.dumps(manifest, default=str))  # JSON types, as stored
+    manifest = as_stored(manifest)
     if path.exists() and not overwrite:
         try:
-            old = json.loads(path.read_text())
+            old = read_manifest(out)
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(
                 f"corrupt results directory: cannot read {path} ({err}); pass --overwrite to "
@@ -499,7 +513,7 @@ def prepare_out_dir(
     for name in OUTPUTS:
         (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False))
     return []
 
 

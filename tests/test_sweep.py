@@ -6,6 +6,7 @@ The experiments' command lines are tested in ``tests/experiments/``; nothing her
 from __future__ import annotations
 
 import json
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -198,6 +199,28 @@ def test_prepare_out_dir_creates_the_directory_and_manifest(tmp_path):
         with pytest.raises(ValueError, match=f"--resume: {missing} does not exist"):
             check(missing, MANIFEST_A, resume=True, overwrite=False)
     assert not missing.exists()
+
+
+def test_manifests_are_strict_json_and_older_ones_with_bare_infinity_still_match(tmp_path):
+    """A non-finite setting (fl_selection's round_deadline = inf) is stored as "inf", which
+    strict parsers read; a manifest written before, with a bare Infinity, is the same sweep."""
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+
+    settings = {**MANIFEST_A, "round_deadline": math.inf, "low": [-math.inf, 1.0]}
+    out = tmp_path / "run"
+    prepare_out_dir(out, settings, resume=False, overwrite=False)
+    stored = strict((out / MANIFEST).read_text())
+    assert stored["round_deadline"] == "inf" and stored["low"] == ["-inf", 1.0]
+    chunk = _chunk(out)
+    (out / MANIFEST).write_text(json.dumps(settings))  # as older versions wrote it
+    assert "Infinity" in (out / MANIFEST).read_text()
+    check_out_dir(out, settings, overwrite=False)
+    assert prepare_out_dir(out, settings, resume=True, overwrite=False) == []
+    assert chunk.exists()
+    with pytest.raises(ValueError, match=r"round_deadline: was 'inf', now 3\.0"):
+        check_out_dir(out, {**settings, "round_deadline": 3.0}, overwrite=False)
 
 
 @pytest.mark.parametrize("resume", [False, True])
