@@ -378,6 +378,8 @@ def _run(config: Experiment) -> Result:
     sweep.check_out_dir(out, settings, overwrite=config.overwrite, resume=config.resume)
     plan = config.plan()
     code = provenance.code_fingerprint(_code_objects(config, plan))
+    if "data" in plan.metadata:  # the files a federated sweep read (a Hub snapshot's commit)
+        code["data"] = plan.metadata["data"].get("source")
     stored = None if config.overwrite else sweep.stored_chunk_size(out, settings)
     size = chunk_size(config, plan, stored)
     exact = exact_chunks(plan)

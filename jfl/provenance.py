@@ -14,6 +14,8 @@ fingerprint holds what determines the numbers:
   builder, an environment, a learner, the experiment's class registered by a user), a hash of its
   source (``inspect.getsource``; its qualified name where the source cannot be read, as for a
   class typed into a console);
+* ``data`` (federated sweeps, added by ``jfl.driver``): where the clients' data came from, a
+  Hugging Face snapshot with its commit, so a newer snapshot of the same dataset is other data;
 * ``files``: a hash of every user file those objects can reach (:func:`user_files`): the module
   that defines each of them and every module of the user's that it imports (its ``import``
   statements), and theirs, each whole. An edited module-level constant or helper changes the
@@ -232,6 +234,8 @@ def code_changes(old: Mapping | None, new: Mapping) -> list[str]:
             changes.append(f"{role} ({now[role]['name']}) is new")
         elif before[role] != now[role]:
             changes.append(f"the source of {role} ({now[role]['name']}) changed")
+    if "data" in old and old["data"] != new.get("data"):
+        changes.append(f"the dataset changed ({old['data']} → {new.get('data')})")
     # A file whose changed object was named already is not named again.
     named = [now[role]["name"] for role in now if role in before and before[role] != now[role]]
     before, now = old.get("files", {}), new.get("files", {})

@@ -87,3 +87,15 @@ def test_user_files_follow_the_imports_of_the_users_modules(tmp_path, monkeypatc
     (tmp_path / "uf_consts.py").write_text("SCALE = 3.0\n")
     new = provenance.code_fingerprint({"policy uf": module.build})
     assert provenance.code_changes(old, new) == [f"{tmp_path / 'uf_consts.py'} changed"]
+
+
+def test_another_snapshot_of_the_dataset_is_a_change():
+    """Federated sweeps record where their data came from (a Hub snapshot's commit): another
+    snapshot is named as a change; fingerprints without it (selection-only sweeps, older
+    manifests) compare as before."""
+    code = provenance.code_fingerprint({})
+    old, new = {**code, "data": "hf://datasets/r@aaa"}, {**code, "data": "hf://datasets/r@bbb"}
+    assert provenance.code_changes(old, new) == [
+        "the dataset changed (hf://datasets/r@aaa → hf://datasets/r@bbb)"
+    ]
+    assert provenance.code_changes(old, old) == [] == provenance.code_changes(code, new)
