@@ -305,6 +305,7 @@ def check_channel_list(channels, clients: int) -> None:
     for n in channels:
         if n != int(n) or not 1 <= n <= clients:
             raise ValueError(f"--N must be integers in [1, --clients={clients}], got {n}")
+    checks.distinct("--N", channels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -650,6 +651,7 @@ class BetaRhoGrid(WirelessScenario):
         self.preset.check(self.clients)
         checks.integer("--mc-samples", self.mc_samples)
         checks.in_range("--rho", self.rho, 0.0)
+        checks.distinct("--rho", self.rho)
         check_hparams(self.policies, {"beta": self.beta})
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
 
@@ -676,17 +678,13 @@ class BetaRhoGrid(WirelessScenario):
         )
 
     def figures(self, ds, summary, folder) -> None:
-        import math
-
         from jfl import plots
 
         for policy in summary["policy"].unique():
             grid = summary[summary["policy"] == policy]
             if grid["beta"].nunique() < 2 or grid["rho"].nunique() < 2:
                 continue
-            grid = grid.assign(
-                log10_beta=grid["beta"].apply(lambda b: math.log10(b) if b > 0 else -math.inf)
-            )
+            # β's cells are evenly spaced whatever its values; their ticks say the values.
             for metric, title in (
                 ("average_gap", "average performance gap θ (s)"),
                 ("max_rate_violation", "largest shortfall max_k (c_k − rate_k)"),
@@ -696,7 +694,7 @@ class BetaRhoGrid(WirelessScenario):
                     grid,
                     metric,
                     "rho",
-                    "log10_beta",
+                    "beta",
                     folder / f"heatmap_{policy}_{metric}.png",
                     f"{policy}: {title}",
                 )
@@ -749,6 +747,7 @@ class CsUcbQDelay(WirelessScenario):
         super().check()
         check_channel_list(self.N, self.clients)
         checks.in_range("--rho", self.rho, 0.0)
+        checks.distinct("--rho", self.rho)
         checks.in_range("--availability", self.availability, 0.0, 1.0)
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
         check_hparams(self.policies, {"beta": self.beta})

@@ -118,6 +118,7 @@ class FederatedTraining:
             raise ValueError(f"--eval-every must divide --rounds={rounds}, got {self.eval_every}")
         checks.in_range("--target-accuracy", self.target_accuracy, 0.0, 1.0, low_open=True)
         checks.positive("--lr", self.lr)
+        checks.distinct("--lr", self.lr)
 
     def columns(self, partitions: int = 1) -> dict[str, list]:
         """The training scenario's configuration columns, crossed with every policy

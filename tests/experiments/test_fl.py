@@ -160,6 +160,7 @@ def test_mnist_data_dir_missing_files_or_directory(experiment, capsys, tmp_path)
         (FlRbcsf, ["--gamma1", "nan"], "--gamma1: must be > 0 (or 'iid')"),
         (FlRbcsf, ["--gamma1", "foo"], "--gamma1: expected numbers > 0 or 'iid', got 'foo'"),
         (FlRbcsf, ["--gamma1", "1,1"], "--gamma1: duplicate values"),
+        (FlRbcsf, ["--lr", "0.1,0.1"], "--lr: duplicate values"),
         (FlRbcsf, ["--gamma1", ","], "--gamma1: no values given"),
         (FlRbcsf, ["--policies", "cocs"], "--policies: policy 'cocs' reads"),
         (FlRbcsf, ["--policies", "rbcsf,magic"], "unknown policy 'magic'"),
