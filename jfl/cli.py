@@ -208,13 +208,13 @@ def grouped_help(config_type, prog: str, default=None) -> str | None:
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
     own = f"{getattr(config_type, 'name', prog)} options"
-    sections = [own, *_policy_sections(config_type), *FLAG_SECTIONS]
+    sections = {**_policy_sections(config_type), **FLAG_SECTIONS}
     for action in tyro_parser._actions:
-        title = _section(action.dest.replace("-", "_"), config_type) or own
+        title = _section(action.dest.replace("-", "_"), sections) or own
         if title not in groups:
             groups[title] = parser.add_argument_group(title)
         _show(groups[title], action)
-    parser._action_groups = [groups[title] for title in _ordered(sections, groups)]
+    parser._action_groups = [groups[title] for title in _ordered([own, *sections], groups)]
     return parser.format_help().rstrip()
 
 
@@ -260,9 +260,9 @@ def _policy_sections(config_type) -> dict[str, tuple[str, ...]]:
     return sections
 
 
-def _section(dest: str, config_type) -> str | None:
+def _section(dest: str, sections: dict[str, tuple[str, ...]]) -> str | None:
     """The help section of the flag whose destination is ``dest``; None: the experiment's own."""
-    for title, names in {**_policy_sections(config_type), **FLAG_SECTIONS}.items():
+    for title, names in sections.items():
         if dest in names:
             return title
     if "." in dest:  # a nested config's field (e.g. training.lr)
