@@ -522,9 +522,11 @@ def averaged_columns(summary: pd.DataFrame, by: Sequence[str]) -> dict[str, list
 
 
 def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
-    """Heatmap of a summary metric over two hyperparameters. Rows that share a cell (other
-    hyperparameters that vary) are averaged, and the title and colour bar say over what:
-    "mean over α ∈ {0.05, 0.1, 0.2}"."""
+    """Heatmap of a summary metric over two hyperparameters, each axis named by its symbol
+    (``beta``: β) and ticked with its values (one cell per value, evenly spaced whatever their
+    scale: β ∈ {1e-05, 0.001, 0.1}). Rows that share a cell (other hyperparameters that vary)
+    are averaged, and the title and colour bar say over what: "mean over α ∈ {0.05, 0.1,
+    0.2}"."""
     table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean")
     averaged = averaged_columns(summary, (x, y))
     over = ", ".join(f"{symbol(c)} ∈ {format_values(v)}" for c, v in averaged.items())
@@ -532,8 +534,8 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     image = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(table.columns)), [f"{v:g}" for v in table.columns], rotation=45)
     ax.set_yticks(range(len(table.index)), [f"{v:g}" for v in table.index])
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(symbol(x))
+    ax.set_ylabel(symbol(y))
     _title(ax, title or metric, f"mean over {over}" if over else "")
     fig.colorbar(image, ax=ax, label=f"{metric}, mean over {over}" if over else metric)
     return save(fig, path)
@@ -549,7 +551,9 @@ def plot_metric_vs(
     max_lines=MAX_LINES,
     colors=None,
 ):
-    """A summary metric against one column, one line per policy, with its interval as error bars.
+    """A summary metric against one column, one line per policy, with its interval as error bars;
+    the x axis named by the column's symbol, at its values, on a log scale where they span
+    decades (:func:`swept_scale`).
 
     Other varying columns would mix several configurations into one point, so every remaining
     hyperparameter combination gets its own line. More than ``max_lines`` lines are split into
@@ -583,8 +587,20 @@ def plot_metric_vs(
                 group[x], mean, yerr=np.nan_to_num(err), marker="o", capsize=3, label=label,
                 **styles[i],
             )  # fmt: skip
-    _finish(axes, groups, x, ylabel or metric, title or metric, (), "")
+    _finish(axes, groups, symbol(x), ylabel or metric, title or metric, (), "")
+    axes[0][0].set_xscale(swept_scale(summary[x]))
     return save(fig, path)
+
+
+def swept_scale(values) -> str:
+    """The scale of an axis of swept ``values`` in their own units: ``"log"`` where they are
+    positive and span two decades or more (β ∈ {1e-05, …, 0.5}: evenly spaced on it), else
+    ``"linear"``."""
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values)]
+    if len(values) and values.min() > 0 and values.max() >= 100 * values.min():
+        return "log"
+    return "linear"
 
 
 def _label_columns(summary: pd.DataFrame) -> list[str]:

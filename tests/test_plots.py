@@ -128,7 +128,7 @@ def test_summary_figures(ds, tmp_path):
         summary.iloc[:2], "mean_round_time", "V", "beta", tmp_path / "heat.png"
     )
     read_back_png(tmp_path / "heat.png", fig)
-    check_figure(fig, "mean_round_time", "V", "beta")
+    check_figure(fig, "mean_round_time", "V", "β")
     (image,) = fig.axes[0].get_images()
     want = summary.iloc[:2].pivot_table(index="beta", columns="V", values="mean_round_time")
     np.testing.assert_array_equal(np.ma.filled(image.get_array(), np.nan), want.to_numpy())
@@ -140,6 +140,28 @@ def test_summary_figures(ds, tmp_path):
     check_figure(fig, "title", "V", "Jain", legend=["rbcsf beta=0.1", "rbcsf beta=0.2", "random"])
     points = [c.lines[0].get_ydata() for c in fig.axes[0].containers]
     np.testing.assert_allclose(np.concatenate(points), summary["jain_index"])
+
+
+def test_a_metric_against_values_swept_over_decades_has_a_log_axis(tmp_path):
+    """β ∈ {1e-05, 0.001, 0.1} on a log x axis named β, at their own values; N ∈ {1, …, 8} (or
+    values with 0) on a linear one."""
+    import pandas as pd
+
+    def summary(x, values):
+        gap = np.arange(len(values), dtype=float)
+        return pd.DataFrame({"policy": "p", x: values, "n_seeds": 2, "gap": gap,
+                             "gap_lo": gap - 1, "gap_hi": gap + 1})  # fmt: skip
+
+    fig = plots.plot_metric_vs(
+        summary("beta", [1e-5, 1e-3, 0.1]), "gap", "beta", tmp_path / "b.png"
+    )
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_xlabel()) == ("log", "β")
+    x = np.asarray(ax.containers[0].lines[0].get_xdata(), float)
+    np.testing.assert_allclose(x, [1e-5, 1e-3, 0.1])
+    for x, values in (("N", [1.0, 2.0, 4.0, 8.0]), ("beta", [0.0, 0.01, 1.0])):
+        fig = plots.plot_metric_vs(summary(x, values), "gap", x, tmp_path / "n.png")
+        assert fig.axes[0].get_xscale() == "linear", x
 
 
 def test_labels_name_only_what_varies(ds):

@@ -500,13 +500,13 @@ def test_beta_rho_grid_end_to_end(grid_run):
     }
     heatmaps = {
         f"heatmap_cs_ucb_q_{metric}": {
-            "title": f"cs_ucb_q: {title}", "xlabel": "rho", "ylabel": "log10_beta"
+            "title": f"cs_ucb_q: {title}", "xlabel": "ρ", "ylabel": "β"
         }
         for metric, title in titles.items()
     }  # fmt: skip
     _check_common_outputs(grid_run, heatmaps, tau_max=0.5, benchmark_word="linear program (23)")
     rows = grid_run["summary"][grid_run["summary"]["policy"] == "cs_ucb_q"]
-    for metric in titles:  # each heatmap's cells are the summary's, β on a log scale
+    for metric in titles:  # each heatmap's cells are the summary's, ticked with the β values
         (image,) = grid_run["figures"][f"heatmap_cs_ucb_q_{metric}.png"].axes[0].get_images()
         table = rows.pivot_table(index="beta", columns="rho", values=metric)
         np.testing.assert_allclose(image.get_array(), table.to_numpy(), rtol=1e-6)

@@ -298,3 +298,32 @@ def test_figures_use_constrained_layout(drawn):
             name,
             file,
         )
+
+
+def _tick_texts(axis) -> list[str]:
+    return [t.get_text() for t in axis.get_ticklabels()]
+
+
+def test_heatmaps_show_the_swept_values_in_their_units(drawn):
+    """beta_rho_grid's heatmaps put β on an axis named β whose ticks are the β swept (1e-05,
+    0.0001, …, 0.5), not log10 β; every heatmap's axes are named by their symbols and ticked
+    with the values of the grid."""
+    grid = BetaRhoGrid()
+    for metric in ("average_gap", "max_rate_violation", "rounds_to_target"):
+        ax = drawn["beta_rho_grid", f"heatmap_cs_ucb_q_{metric}.png"].axes[0]
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("ρ", "β")
+        assert _tick_texts(ax.yaxis) == [f"{b:g}" for b in grid.beta]
+        assert _tick_texts(ax.xaxis) == [f"{r:g}" for r in grid.rho]
+    heatmaps = [(key, fig) for key, fig in drawn.items() if key[1].startswith("heatmap_")]
+    assert {name for (name, _), _ in heatmaps} == {"v_beta_grid", "beta_rho_grid", "cocs_hfl"}
+    for key, figure in heatmaps:
+        ax = figure.axes[0]
+        for axis in (ax.xaxis, ax.yaxis):
+            assert axis.get_label_text() in ("V", "β", "ρ", "h_T", "z"), key
+            assert all(float(text) >= 0 for text in _tick_texts(axis)), key
+
+
+def test_no_figure_shows_a_transformed_value(drawn):
+    for (name, file), figure in drawn.items():
+        texts = [text.get_text() for text in visible_texts(figure)]
+        assert not [text for text in texts if "log10" in text], (name, file)

@@ -234,12 +234,12 @@ def test_writes_summary_results_metadata_and_figures(grid_run):
             "heatmap_mean_round_time": {
                 "title": "RBCS-F mean round time (s)",
                 "xlabel": "V",
-                "ylabel": "beta",
+                "ylabel": "β",
             },
             "heatmap_min_selection_rate": {
                 "title": "RBCS-F minimum selection rate",
                 "xlabel": "V",
-                "ylabel": "beta",
+                "ylabel": "β",
             },
         },
     )
