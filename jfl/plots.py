@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 import textwrap
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -406,15 +406,20 @@ def varying_hparams(ds: xr.Dataset, exclude=("policy", "queue_rate")) -> list[st
     return names
 
 
-def _drawn(ds: xr.Dataset, configs, varying, max_lines, colors):
+def _drawn(ds: xr.Dataset, configs, varying, max_lines, colors, labels=None):
     """``(configs, labels, styles, panels)`` of the lines of ``configs`` (every configuration
-    of ``ds`` by default): their legend labels, colours and line styles (``colors``: ``{policy:
+    of ``ds`` by default): their legend labels (``labels``: ``{config: label}`` or a function
+    of the configuration, as an experiment names its methods; default :func:`config_label`'s,
+    the hyperparameters in ``varying``), colours and line styles (``colors``: ``{policy:
     colour}``, default :func:`policy_colors` of ``ds["policy"]``) and the panels they go in."""
     configs = list(ds["config"].to_numpy() if configs is None else configs)
     colors = policy_colors(ds["policy"].to_numpy()) if colors is None else colors
     policies = [str(ds["policy"].sel(config=c).item()) for c in configs]
-    labels = [config_label(ds, c, varying) for c in configs]
-    return configs, labels, line_styles(policies, colors), panel_groups(policies, max_lines)
+    if labels is None:
+        names = [config_label(ds, c, varying) for c in configs]
+    else:
+        names = [labels[c] if isinstance(labels, Mapping) else labels(c) for c in configs]
+    return configs, names, line_styles(policies, colors), panel_groups(policies, max_lines)
 
 
 def plot_over_rounds(
@@ -431,21 +436,24 @@ def plot_over_rounds(
     subtitle="",
     bounds=None,
     colors=None,
+    labels=None,
 ):
     """One banded line per configuration of ``variable`` [config, seed, round] (``configs``:
     every one by default, every one drawn), told apart by colour and legend; the legend labels
-    name the hyperparameters in ``varying`` (by default those that vary in ``ds``) and
-    ``subtitle`` (what the figure fixes, say) goes under the title. ``method``: the interval of
-    the bands, clipped to ``bounds`` (default: the variable's declared ones; of its running sum
-    with ``cumulative``). More than ``max_lines`` lines are split into panels; ``colors``:
-    ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``).
+    name the hyperparameters in ``varying`` (by default those that vary in ``ds``), or are
+    ``labels``' (``{config: label}`` or a function of the configuration: how an experiment
+    names its methods), and ``subtitle`` (what the figure fixes, say) goes under the title.
+    ``method``: the interval of the bands, clipped to ``bounds`` (default: the variable's
+    declared ones; of its running sum with ``cumulative``). More than ``max_lines`` lines are
+    split into panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of
+    ``ds["policy"]``).
     """
     from jfl.results import bounds_of
 
     if cumulative and f"{variable}_band" in ds:
         raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
     varying = varying_hparams(ds) if varying is None else varying
-    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     bounds = bounds_of(variable) if bounds is None else Bounds(*bounds)
     cumsum = None
     if cumulative:
@@ -475,13 +483,14 @@ def plot_pull_record(
     varying=None,
     subtitle="",
     colors=None,
+    labels=None,
 ):
     """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4);
     the arguments as :func:`plot_over_rounds`'."""
     from jfl.results import bounds_of
 
     varying = varying_hparams(ds) if varying is None else varying
-    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     x = np.arange(1, ds.sizes["client"] + 1)
     runs = has_runs(ds, "selection_count") and (
         method == "bootstrap" or "pull_record_band" not in ds
@@ -610,19 +619,20 @@ def _label_columns(summary: pd.DataFrame) -> list[str]:
 
 
 def plot_selection_fraction(
-    ds: xr.Dataset, path, configs=None, max_lines=8, method="t", colors=None
+    ds: xr.Dataset, path, configs=None, max_lines=8, method="t", colors=None, labels=None
 ):
     """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
 
     Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
     dataset has a per-client ``queue_rate`` [config, client]. Bands in [0, 1]. More than
     ``max_lines`` configurations are split into rows of panels (one panel per client in each);
-    ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``).
+    ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``);
+    ``labels`` as :func:`plot_over_rounds`'.
     """
     from jfl.results import running_selection_fraction
 
     varying = varying_hparams(ds)
-    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     num_clients = ds.sizes["client"]
     legend_title = band_title(ds, "selected", method)
     fig, axes = _line_figure(
@@ -666,6 +676,7 @@ def plot_accuracy(
     method="t",
     variable="accuracy",
     colors=None,
+    labels=None,
 ):
     """Test accuracy (or ``variable``, another evaluation: ``test_loss``) with its band over
     seeds, against the round or the simulated wall-clock.
@@ -675,12 +686,13 @@ def plot_accuracy(
     ``exclude`` names configuration labels left out of the legend. Bands in the accuracy's
     bounds, [0, 1]. Every configuration of ``configs`` is drawn, more than ``max_lines`` in
     panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of
-    ``ds["policy"]``, the same in every figure of the dataset).
+    ``ds["policy"]``, the same in every figure of the dataset); ``labels`` as
+    :func:`plot_over_rounds`'.
     """
     from jfl.results import bounds_of
 
     varying = varying_hparams(ds, exclude=exclude)
-    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors)
+    configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     rounds = ds["eval"].to_numpy()
     bounds = bounds_of(variable)
     legend_title = band_title(ds, variable, method)

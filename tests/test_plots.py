@@ -164,6 +164,23 @@ def test_a_metric_against_values_swept_over_decades_has_a_log_axis(tmp_path):
         assert fig.axes[0].get_xscale() == "linear", x
 
 
+def test_a_figure_labels_configurations_as_asked(ds, tmp_path):
+    """``labels``, a mapping or a function of the configuration, names the lines and legend
+    entries of every figure drawn from a dataset, in place of the hyperparameters."""
+    names = {0: "slow", 1: "fast", 2: "baseline"}
+    for labels in (names, names.get):
+        figures = (
+            plots.plot_over_rounds(ds, "round_time", "s", tmp_path / "r.png", "T", labels=labels),
+            plots.plot_pull_record(ds, tmp_path / "p.png", labels=labels),
+            plots.plot_accuracy(ds, tmp_path / "a.png", labels=labels),
+            plots.plot_selection_fraction(ds, tmp_path / "f.png", labels=labels),
+        )
+        for fig in figures:
+            legend = fig.axes[-1].get_legend()
+            assert [t.get_text() for t in legend.get_texts()] == list(names.values())
+            assert [line.get_label() for line in _labelled_lines(fig)][:3] == list(names.values())
+
+
 def test_labels_name_only_what_varies(ds):
     assert plots.varying_hparams(ds) == ["V", "beta"]
     assert plots.config_label(ds, 1, ["V", "beta"]) == "rbcsf V=10 beta=0.2"

@@ -184,6 +184,9 @@ class E3csClasses(Experiment):
     def figures(self, ds, summary, folder) -> None:
         from jfl import plots
 
+        columns = [name for name in ("policy", "sigma", "eta", "switch") if name in ds.coords]
+        configs = ds.coords.to_dataset()[columns].to_dataframe()
+        labels = dict(zip(ds["config"].to_numpy(), method_labels(configs), strict=True))
         curves = ds.assign(success=ds["num_success"].astype(float))
         plots.plot_over_rounds(
             curves,
@@ -194,27 +197,45 @@ class E3csClasses(Experiment):
             cumulative=True,
             method=self.ci,
             bounds=NONNEGATIVE,
+            labels=labels,
         )
-        plots.plot_pull_record(ds, folder / "pull_record.png", method=self.ci)
+        plots.plot_pull_record(ds, folder / "pull_record.png", method=self.ci, labels=labels)
         write_class_fractions(summary, len(self.success_rates), folder / "class_fractions.png")
+
+
+def method_labels(configs: pd.DataFrame) -> list[str]:
+    """The name of each configuration (a row of ``configs``: the configuration table or the
+    summary) as Huang et al. name E3CS's variants (IEEE IoT-J 2022, §VI: E3CS-0, E3CS-0.5 and
+    E3CS-0.8 for σ as a share of k/N, E3CS-inc for the schedule that switches from 0 to k/N),
+    the other policies by their registered names; with η where several are swept. Every figure
+    of the experiment names its lines so."""
+    etas = configs["eta"].dropna().unique() if "eta" in configs else ()
+    labels = []
+    for _, config in configs.iterrows():
+        label = str(config["policy"])
+        if label == "e3cs":
+            inc = config.get("switch", 0.0) > 0
+            label = "E3CS-inc" if inc else f"E3CS-{config['sigma']:g}"
+            label += f" η={config['eta']:g}" if len(etas) > 1 else ""
+        labels.append(label)
+    return labels
 
 
 def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None:
     """Each configuration's selection fraction per class (mean and interval over seeds), with
-    E3CS's fairness floor as a tick where it has one."""
+    E3CS's fairness floor as a tick where it has one; the methods named by
+    :func:`method_labels`."""
     from jfl import plots
 
     fig, ax = plots._subplots(figsize=(7.0, 4.2))
     width = 0.8 / max(len(summary), 1)
     x = np.arange(num_classes)
+    labels = method_labels(summary)
     for row, (_, config) in enumerate(summary.iterrows()):
         mean = np.array([config[f"class_{c}_fraction"] for c in range(num_classes)])
         lo = np.array([config[f"class_{c}_fraction_lo"] for c in range(num_classes)])
         hi = np.array([config[f"class_{c}_fraction_hi"] for c in range(num_classes)])
-        label = str(config["policy"])
-        if config["policy"] == "e3cs":
-            switch = config.get("switch", 0.0)
-            label = "e3cs-inc" if switch and switch > 0 else f"e3cs-{config['sigma']:g}"
+        label = labels[row]
         offset = x - 0.4 + (row + 0.5) * width
         err = np.nan_to_num(np.stack([mean - lo, hi - mean]))
         ax.bar(offset, mean, width, yerr=err, label=label, capsize=2)

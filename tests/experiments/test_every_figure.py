@@ -327,3 +327,31 @@ def test_no_figure_shows_a_transformed_value(drawn):
     for (name, file), figure in drawn.items():
         texts = [text.get_text() for text in visible_texts(figure)]
         assert not [text for text in texts if "log10" in text], (name, file)
+
+
+E3CS_METHODS = ["E3CS-0", "E3CS-0.5", "E3CS-0.8", "E3CS-inc", "random", "most_reliable"]
+
+
+def _legend_texts(figure) -> list[str]:
+    legends = [ax.get_legend() for ax in figure.axes if ax.get_legend() is not None]
+    return [text.get_text() for legend in legends for text in legend.get_texts()]
+
+
+def test_e3cs_figures_name_the_methods_as_the_paper(drawn):
+    """Huang et al.'s names (E3CS-0, -0.5, -0.8, -inc) in all three figures of e3cs_classes,
+    in the order of the configurations."""
+    for file in ("effective_participation.png", "pull_record.png", "class_fractions.png"):
+        assert _legend_texts(drawn["e3cs_classes", file]) == E3CS_METHODS, file
+
+
+def test_e3cs_method_labels():
+    """One name per configuration, from its policy, σ and switch; η joins them where several
+    learning rates are swept."""
+    from jfl.experiments.e3cs import e3cs_configs, method_labels
+
+    configs = e3cs_configs(("e3cs", "random", "most_reliable"), (0.0, 0.5, 0.8), (0.5,), 625)
+    assert method_labels(configs) == E3CS_METHODS
+    configs = e3cs_configs(("e3cs", "random"), (0.0,), (0.1, 0.5), 625)
+    assert method_labels(configs) == [
+        "E3CS-0 η=0.1", "E3CS-0 η=0.5", "E3CS-inc η=0.1", "E3CS-inc η=0.5", "random"
+    ]  # fmt: skip
