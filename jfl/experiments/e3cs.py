@@ -13,7 +13,7 @@ above its σ for every class.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -200,7 +200,7 @@ class E3csClasses(Experiment):
             labels=labels,
         )
         plots.plot_pull_record(ds, folder / "pull_record.png", method=self.ci, labels=labels)
-        write_class_fractions(summary, len(self.success_rates), folder / "class_fractions.png")
+        write_class_fractions(summary, self.success_rates, folder / "class_fractions.png")
 
 
 def method_labels(configs: pd.DataFrame) -> list[str]:
@@ -221,11 +221,13 @@ def method_labels(configs: pd.DataFrame) -> list[str]:
     return labels
 
 
-def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None:
+def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float], path) -> None:
     """Each configuration's selection fraction per class (mean and interval over seeds), with
-    E3CS's fairness floor as a tick where it has one; the methods named by
-    :func:`method_labels`."""
+    E3CS's fairness floor as a tick where it has one; the classes named with their success
+    rates ρ (``success_rates``, one per class), the methods by :func:`method_labels`."""
     from jfl import plots
+
+    num_classes = len(success_rates)
 
     fig, ax = plots._subplots(figsize=(7.0, 4.2))
     width = 0.8 / max(len(summary), 1)
@@ -243,7 +245,9 @@ def write_class_fractions(summary: pd.DataFrame, num_classes: int, path) -> None
         if floor > 0:
             floors = np.full(num_classes, floor)
             ax.hlines(floors, offset - width / 2, offset + width / 2, colors="k", linewidth=1)
-    ax.set_xticks(x, [f"class {c}" for c in range(num_classes)])
+    names = [f"class {c} (ρ = {rate:g})" for c, rate in enumerate(success_rates)]
+    many = num_classes > 6  # side by side they would run into each other
+    ax.set_xticks(x, names, rotation=30 if many else 0, ha="right" if many else "center")
     ax.set_ylabel("selection fraction (share of rounds)")
     ax.set_title("Selection fraction per class (black ticks: E3CS's σ)")
     ax.grid(alpha=0.3, axis="y")

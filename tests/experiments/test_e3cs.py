@@ -52,7 +52,7 @@ def test_tiny_run_writes_its_metrics_and_figures(tiny):
     for name in ("summary.csv", "results.nc", "metadata.json"):
         assert (out / name).exists()
     figure = out / "class_fractions.png"
-    write_class_fractions(summary, 4, figure)
+    write_class_fractions(summary, (0.1, 0.3, 0.6, 0.9), figure)
     assert figure.stat().st_size > 0
     # E3CS's floor: σ = sigma·k/N, and for E3CS-inc (switch 10 of 40 rounds) ¾·k/N.
     np.testing.assert_allclose(summary["fairness_floor"], [0, 0.125, 0.2, 0.1875, 0])

@@ -355,3 +355,9 @@ def test_e3cs_method_labels():
     assert method_labels(configs) == [
         "E3CS-0 η=0.1", "E3CS-0 η=0.5", "E3CS-inc η=0.1", "E3CS-inc η=0.5", "random"
     ]  # fmt: skip
+
+
+def test_e3cs_classes_are_labelled_with_their_success_rates(drawn):
+    ax = drawn["e3cs_classes", "class_fractions.png"].axes[0]
+    rates = E3csClasses().success_rates
+    assert _tick_texts(ax.xaxis) == [f"class {c} (ρ = {r:g})" for c, r in enumerate(rates)]
