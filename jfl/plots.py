@@ -341,18 +341,25 @@ def legend_size(labels: Sequence[str], title: str = "", fontsize=8) -> tuple[flo
 
 
 def _line_figure(
-    panels: list[list[str]], legend_title: str, width=6.4, height=4.2, columns=1, fontsize=8
+    panels: list[list[str]],
+    legend_title: str,
+    width=6.4,
+    height=4.2,
+    columns=1,
+    fontsize=8,
+    sharey=True,
 ):
     """A figure of one row of ``columns`` axes per panel (``panels``: each panel's legend
-    labels), sharing x and y, in constrained layout, sized for each row's legend on its right:
-    each axes ``width / columns`` wide, the legend beside, rows ``height`` high (or less, at
-    least 3 inches, when there are several), or the legend's height if more."""
+    labels), sharing x (and y, with ``sharey``), in constrained layout, sized for each row's
+    legend on its right (:func:`_legend`): each axes ``width / columns`` wide, the legend
+    beside, rows ``height`` high (or less, at least 3 inches, when there are several), or the
+    legend's height if more. Every figure with a legend is made so."""
     legends = [legend_size(labels, legend_title, fontsize) for labels in panels]
     rows = len(panels)
     row_height = height if rows == 1 else max(3.0, 0.75 * height)
     row_height = max(row_height, *(h + 0.9 for _, h in legends))
     figsize = (width + max(w for w, _ in legends), row_height * rows)
-    fig, axes = _subplots(rows, columns, figsize=figsize, sharex=True, sharey=True, squeeze=False)
+    fig, axes = _subplots(rows, columns, figsize=figsize, sharex=True, sharey=sharey, squeeze=False)
     return fig, axes
 
 

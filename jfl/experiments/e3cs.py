@@ -229,10 +229,10 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
 
     num_classes = len(success_rates)
 
-    fig, ax = plots._subplots(figsize=(7.0, 4.2))
+    labels = method_labels(summary)
+    fig, ((ax,),) = plots._line_figure([labels], "", width=7.0)
     width = 0.8 / max(len(summary), 1)
     x = np.arange(num_classes)
-    labels = method_labels(summary)
     for row, (_, config) in enumerate(summary.iterrows()):
         mean = np.array([config[f"class_{c}_fraction"] for c in range(num_classes)])
         lo = np.array([config[f"class_{c}_fraction_lo"] for c in range(num_classes)])
@@ -251,5 +251,5 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     ax.set_ylabel("selection fraction (share of rounds)")
     ax.set_title("Selection fraction per class (black ticks: E3CS's σ)")
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    plots._legend(ax, "")
     plots.save(fig, path)

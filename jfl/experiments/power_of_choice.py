@@ -266,12 +266,16 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
     plain = np.flatnonzero((policy == "pow_d") & ~(switch > 0))
     shades = colormaps["viridis"](np.linspace(0.0, 0.85, max(len(plain), 1)))
     styles = {"cpow_d": ":", "rpow_d": "-."}
-    fig, axes = plots._subplots(1, 2, figsize=(11, 4.2))
+    labels = [
+        method_label(policy[i], d[i], switch[i]) + (f" η={rates[i]:g}" if several else "")
+        for i in range(len(policy))
+    ]
+    legend_title = plots.band_title(ds, "gap", method)
+    fig, (axes,) = plots._line_figure(
+        [labels], legend_title, width=11, columns=2, fontsize=7, sharey=False
+    )
     for ax, scale in zip(axes, ("linear", "log"), strict=True):
         for i, config in enumerate(ds["config"].to_numpy()):
-            label = method_label(policy[i], d[i], switch[i])
-            if several:
-                label += f" η={rates[i]:g}"
             if policy[i] == "proportional":
                 style = {"color": "black"}
             elif policy[i] == "pow_d" and switch[i] > 0:
@@ -282,7 +286,7 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
                 style = {"color": "tab:orange" if policy[i] == "cpow_d" else "tab:brown",
                          "linestyle": styles.get(policy[i], "-")}  # fmt: skip
             plots.seed_band(
-                ax, ds, "gap", config, "eval", label=label, method=method,
+                ax, ds, "gap", config, "eval", label=labels[i], method=method,
                 bounds=Bounds(0.0, math.inf), **style,
             )  # fmt: skip
         ax.set_yscale(scale)
@@ -290,5 +294,5 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
         ax.set_ylabel("F(w) − F(w*)")
         ax.grid(alpha=0.3)
         ax.set_title(f"{title} ({scale})", fontsize=9)
-    axes[1].legend(fontsize=7, title=plots.band_title(ds, "gap", method), title_fontsize=7)
+    plots._legend(axes[1], legend_title, fontsize=7)
     plots.save(fig, folder / "gap_vs_round.png")

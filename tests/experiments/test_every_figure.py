@@ -361,3 +361,23 @@ def test_e3cs_classes_are_labelled_with_their_success_rates(drawn):
     ax = drawn["e3cs_classes", "class_fractions.png"].axes[0]
     rates = E3csClasses().success_rates
     assert _tick_texts(ax.xaxis) == [f"class {c} (ρ = {r:g})" for c, r in enumerate(rates)]
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_no_legend_covers_data(drawn):
+    """Every legend stands off every axes' data area (the 0.4 target line of
+    cs_ucb_q_fairness's panels, the bars of class_fractions.png stay in sight)."""
+    covering = []
+    for (name, file), figure in drawn.items():
+        renderer = figure._get_renderer()
+        areas = [ax.get_window_extent(renderer) for ax in figure.axes]
+        for ax in figure.axes:
+            legend = ax.get_legend()
+            if legend is not None and any(
+                _overlap(legend.get_window_extent(renderer), area) for area in areas
+            ):
+                covering.append(f"{name}/{file}")
+    assert not covering, covering
