@@ -64,6 +64,8 @@ PALETTE = (
 )  # fmt: skip
 # The line styles of one policy's lines (different hyperparameters), in turn.
 VARIANT_STYLES = ("-", "--", "-.", ":")
+# The hatches of one policy's bars, in turn with the line styles of its lines.
+VARIANT_HATCHES = ("", "//", "..", "xx")
 # How far one policy's lines go from its colour: the first towards black, the last towards white.
 VARIANT_SHADES = (-0.25, 0.35)
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
@@ -279,6 +281,15 @@ def line_styles(policies: Sequence[str], colors: dict | None = None) -> list[dic
             }
         )
     return styles
+
+
+def bar_styles(policies: Sequence[str], colors: dict | None = None) -> list[dict]:
+    """``{"color", "hatch"}`` of each bar series, of the policy ``policies[i]``: the colour of
+    its line in :func:`line_styles`, and a hatch in place of its line style."""
+    return [
+        {"color": s["color"], "hatch": VARIANT_HATCHES[VARIANT_STYLES.index(s["linestyle"])]}
+        for s in line_styles(policies, colors)
+    ]
 
 
 def panel_groups(policies: Sequence[str], max_lines: int = MAX_LINES) -> list[list[int]]:

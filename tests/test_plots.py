@@ -404,6 +404,13 @@ def test_a_method_has_one_colour_in_every_figure_of_a_dataset(ds, tmp_path):
     assert errorbars["random"] == full["random"] == plots.policy_colors(ds["policy"])["random"]
 
 
+def test_bars_take_their_lines_colours_and_hatch_for_styles():
+    policies = ["a", "a", "b"]
+    bars, lines = plots.bar_styles(policies), plots.line_styles(policies)
+    assert [bar["color"] for bar in bars] == [line["color"] for line in lines]
+    assert [bar["hatch"] for bar in bars] == ["", "//", ""]
+
+
 def test_twenty_and_more_methods_get_distinct_colours():
     """No two of 30 methods share a colour; the palette's 24 are far apart (no light/dark pairs
     of one hue: at least 0.2 apart in RGB); variants of one method differ in colour and style."""

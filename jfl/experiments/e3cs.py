@@ -230,6 +230,8 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     num_classes = len(success_rates)
 
     labels = method_labels(summary)
+    # A method's colour as in the figures drawn from the dataset (the same policies).
+    styles = plots.bar_styles(summary["policy"], plots.policy_colors(summary["policy"]))
     fig, ((ax,),) = plots._line_figure([labels], "", width=7.0)
     width = 0.8 / max(len(summary), 1)
     x = np.arange(num_classes)
@@ -240,7 +242,7 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
         label = labels[row]
         offset = x - 0.4 + (row + 0.5) * width
         err = np.nan_to_num(np.stack([mean - lo, hi - mean]))
-        ax.bar(offset, mean, width, yerr=err, label=label, capsize=2)
+        ax.bar(offset, mean, width, yerr=err, label=label, capsize=2, **styles[row])
         floor = config.get("fairness_floor", 0.0)
         if floor > 0:
             floors = np.full(num_classes, floor)

@@ -381,3 +381,15 @@ def test_no_legend_covers_data(drawn):
             ):
                 covering.append(f"{name}/{file}")
     assert not covering, covering
+
+
+def test_e3cs_methods_keep_their_colours_across_figures(drawn):
+    """A method's bars in class_fractions.png have the colour of its line in the other two."""
+    ax = drawn["e3cs_classes", "effective_participation.png"].axes[0]
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    bars = drawn["e3cs_classes", "class_fractions.png"].axes[0].containers
+    bars = [container for container in bars if hasattr(container, "patches")]
+    assert [container.get_label() for container in bars] == E3CS_METHODS
+    for container in bars:
+        face = container.patches[0].get_facecolor()
+        np.testing.assert_allclose(face, colours[container.get_label()], err_msg=str(container))
