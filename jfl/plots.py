@@ -25,7 +25,9 @@ dataset (``ds["policy"]``; a summary's ``policy`` column), whatever subset a fig
 (:func:`line_styles`). Legends stand to the right of their axes, outside the data, in a figure
 widened for them. Every figure is laid out by matplotlib's constrained layout (:func:`_subplots`)
 and saved by :func:`save`, which first wraps the titles and labels longer than their axes, so
-no text is clipped.
+no text is clipped. Nothing is left silently empty: a line without a finite value keeps its
+legend entry, marked "(no finite values)", and an axes where no line could be drawn says so
+(:func:`mark_nonfinite`, called by every function that draws lines).
 """
 
 from __future__ import annotations
@@ -69,6 +71,17 @@ VARIANT_HATCHES = ("", "//", "..", "xx")
 # How far one policy's lines go from its colour: the first towards black, the last towards white.
 VARIANT_SHADES = (-0.25, 0.35)
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+# What an axes says where no line of data could be drawn (not an empty frame), and what the
+# legend label of such a line adds (:func:`mark_nonfinite`); the summary's ``nonfinite_runs``
+# counts the runs that recorded NaN or ±inf.
+NO_FINITE_NOTE = "no finite values: the runs diverged\n(see nonfinite_runs in summary.csv)"
+ISOLATED_NOTE = (
+    "finite values at isolated points only: the runs diverged\n(see nonfinite_runs in summary.csv)"
+)
+NO_FINITE_LABEL = " (no finite values)"
+# The gids of the lines of data (not targets, not grids): drawn, or with nothing to draw.
+_DRAWN, _UNDRAWN = "jfl-data", "jfl-data-undrawn"
+_NOTE = "jfl-nothing-drawn"
 
 
 def symbol(name: str) -> str:
@@ -180,7 +193,45 @@ def _draw(ax, x, mean, lo, hi, label, **kwargs):
     (line,) = ax.plot(x, mean, label=label, **kwargs)
     if np.all(np.isfinite(lo)):
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
+    mark_nonfinite(ax, line, line)
     return line
+
+
+def mark_nonfinite(ax, labelled, line) -> None:
+    """Say where nothing finite could be drawn, as every line-drawing function does. A
+    ``line`` of data (a band's mean, an error bar's points) without a finite value gets
+    :data:`NO_FINITE_LABEL` after the legend label of ``labelled`` (the line, or its error-bar
+    container), one with finite values at isolated points only (between NaN, which a line does
+    not join) gets them marked and counted there; and ``ax`` says why it stands empty
+    (:data:`NO_FINITE_NOTE`, :data:`ISOLATED_NOTE`) while none of its lines of data is drawn."""
+    finite = np.isfinite(np.asarray(line.get_ydata(), float))
+    joined = bool(np.any(finite[1:] & finite[:-1]))
+    drawn = joined or (finite.any() and line.get_marker() not in (None, "", " ", "None"))
+    line.set_gid(_DRAWN if drawn else _UNDRAWN)
+    label = labelled.get_label()
+    if not drawn and label and not label.startswith("_"):
+        count = int(finite.sum())
+        only = f" (finite at {count} point{'s' * (count > 1)} only)"
+        labelled.set_label(label + (only if count else NO_FINITE_LABEL))
+    if not drawn and finite.any():
+        line.set_marker("o")
+        line.set_markevery(list(np.flatnonzero(finite)))
+    _note_nothing_drawn(ax)
+
+
+def _note_nothing_drawn(ax) -> None:
+    """:data:`NO_FINITE_NOTE` (or :data:`ISOLATED_NOTE`) in ``ax`` while it has lines of data
+    and none is drawn; none otherwise."""
+    for text in [text for text in ax.texts if text.get_gid() == _NOTE]:
+        text.remove()
+    lines = [line for line in ax.get_lines() if line.get_gid() in (_DRAWN, _UNDRAWN)]
+    if not lines or any(line.get_gid() == _DRAWN for line in lines):
+        return
+    finite = any(np.isfinite(np.asarray(line.get_ydata(), float)).any() for line in lines)
+    ax.text(
+        0.5, 0.25, ISOLATED_NOTE if finite else NO_FINITE_NOTE, transform=ax.transAxes,
+        ha="center", va="center", fontsize=9, color="0.3", gid=_NOTE,
+    )  # fmt: skip
 
 
 def has_runs(ds: xr.Dataset, variable: str) -> bool:
@@ -610,10 +661,11 @@ def plot_metric_vs(
             _, label, group = lines[i]
             mean = group[metric].to_numpy()
             err = np.stack([mean - group[f"{metric}_lo"], group[f"{metric}_hi"] - mean])
-            ax.errorbar(
+            bars = ax.errorbar(
                 group[x], mean, yerr=np.nan_to_num(err), marker="o", capsize=3, label=label,
                 **styles[i],
             )  # fmt: skip
+            mark_nonfinite(ax, bars, bars.lines[0])
     _finish(axes, groups, symbol(x), ylabel or metric, title or metric, (), "")
     axes[0][0].set_xscale(swept_scale(summary[x]))
     return save(fig, path)

@@ -181,6 +181,45 @@ def test_a_figure_labels_configurations_as_asked(ds, tmp_path):
             assert [line.get_label() for line in _labelled_lines(fig)][:3] == list(names.values())
 
 
+def _notes(ax) -> list[str]:
+    return [text.get_text() for text in ax.texts]
+
+
+def test_lines_without_a_finite_value_say_so(ds, tmp_path):
+    """A configuration whose runs diverged (every value NaN) keeps its legend entry, marked
+    "(no finite values)", and an axes where nothing finite could be drawn says why instead of
+    standing empty; in every figure that draws lines, from runs or from reduced bands."""
+    diverged = ds.assign(
+        round_time=ds["round_time"].where(ds["config"] != 0),
+        accuracy=ds["accuracy"].where(ds["config"] != 0),
+    )
+    for fig, legend in (
+        (plots.plot_over_rounds(diverged, "round_time", "s", tmp_path / "r.png", "T"), LABELS),
+        (plots.plot_accuracy(diverged, tmp_path / "a.png"), LABELS),
+        (
+            plots.plot_metric_vs(summarize(diverged), "final_accuracy", "V", tmp_path / "v.png"),
+            ["rbcsf beta=0.1", "rbcsf beta=0.2", "random"],
+        ),
+    ):
+        marked = f"{legend[0]} (no finite values)"
+        assert _legend_texts(fig) == [marked, *legend[1:]]
+        assert _notes(fig.axes[0]) == []
+    nothing = ds.assign(round_time=ds["round_time"] * np.nan)
+    reduced = xr.Dataset(
+        {"queue_mean_band": (("config", "stat", "round"), np.full((1, 2, 3), np.nan))},
+        coords={"config": [0], "seed": [0, 1], "round": [1, 2, 3], "stat": ["mean", "var"]},
+    ).assign_coords(policy=("config", ["rbcsf"]))
+    for name, fig in (
+        ("n.png", plots.plot_over_rounds(nothing, "round_time", "s", tmp_path / "n.png", "T")),
+        ("q.png", plots.plot_over_rounds(reduced, "queue_mean", "Z", tmp_path / "q.png", "Z")),
+    ):
+        read_back_png(tmp_path / name, fig)
+        (ax,) = fig.axes
+        assert _notes(ax) == [plots.NO_FINITE_NOTE]
+        assert all(text.endswith(" (no finite values)") for text in _legend_texts(fig))
+    assert "the runs diverged" in plots.NO_FINITE_NOTE
+
+
 def test_labels_name_only_what_varies(ds):
     assert plots.varying_hparams(ds) == ["V", "beta"]
     assert plots.config_label(ds, 1, ["V", "beta"]) == "rbcsf V=10 beta=0.2"

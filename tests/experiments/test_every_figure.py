@@ -393,3 +393,25 @@ def test_e3cs_methods_keep_their_colours_across_figures(drawn):
     for container in bars:
         face = container.patches[0].get_facecolor()
         np.testing.assert_allclose(face, colours[container.get_label()], err_msg=str(container))
+
+
+@pytest.mark.parametrize("initial", [False, True])
+def test_a_diverged_sweep_says_so_on_its_axes(initial):
+    """pow_d_quadratic at a learning rate that diverges: every gap NaN (or all but the initial
+    model's, a point a line cannot join). Both panels say that nothing could be drawn, and
+    every legend entry why; a lone finite point is marked."""
+    from jfl.plots import ISOLATED_NOTE, NO_FINITE_LABEL, NO_FINITE_NOTE
+
+    config, ds, summary = pow_d_quadratic()
+    ds = ds.assign(gap=ds["gap"].where(ds["eval"] == 0 if initial else False))
+    with laid_out_figures() as saved:
+        config.figures(ds, summary, Path("/nonexistent"))
+    figure = saved["gap_vs_round.png"]
+    note = ISOLATED_NOTE if initial else NO_FINITE_NOTE
+    assert [[text.get_text() for text in ax.texts] for ax in figure.axes] == [[note]] * 2
+    legend = _legend_texts(figure)
+    assert len(legend) == ds.sizes["config"]
+    ending = " (finite at 1 point only)" if initial else NO_FINITE_LABEL
+    assert all(text.endswith(ending) for text in legend), legend
+    if initial:
+        assert all(line.get_markevery() == [0] for line in figure.axes[0].get_lines())
