@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from jfl.stats import INTERVALS, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, stats_ci
 
@@ -124,11 +125,12 @@ def save(fig: Figure, path) -> Figure:
 
 
 def fit_texts(fig: Figure, rounds: int = 4) -> None:
-    """Break the axes' titles and axis labels longer than their axes (a suptitle longer than
-    the figure) at spaces, measured as laid out, until they fit: constrained layout makes room
-    around the axes for what it is given, but a text wider than the figure is clipped whatever
-    the layout. Each wrap changes the layout, so it is measured again, ``rounds`` times at most;
-    ``fig`` is left laid out as it is saved."""
+    """Break the axes' titles and axis labels (the figure's suptitle) that reach past the
+    canvas at spaces, to about the width (a y label: the height) of their axes (the figure),
+    measured as laid out: constrained layout makes room around the axes for what it is given,
+    but a text longer than the figure is clipped whatever the layout. Each wrap changes the
+    layout, so it is measured again, ``rounds`` times at most; ``fig`` is left laid out as it
+    is saved."""
     given: dict = {}  # each wrapped text: (its lines as given, the characters a line holds)
     for _ in range(rounds):
         fig.draw_without_rendering()
@@ -143,26 +145,26 @@ def _wrap_long_texts(fig: Figure, given: dict) -> bool:
     for ax in fig.axes:
         box = ax.get_window_extent()
         for text in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label):
-            changed |= _wrap(text, box.width, given)
-        changed |= _wrap(ax.yaxis.label, box.height, given)
+            changed |= _wrap(text, box.width, fig.bbox, given)
+        changed |= _wrap(ax.yaxis.label, box.height, fig.bbox, given)
     if fig._suptitle is not None:
-        changed |= _wrap(fig._suptitle, fig.bbox.width, given)
+        changed |= _wrap(fig._suptitle, fig.bbox.width, fig.bbox, given)
     return changed
 
 
-def _wrap(text, room: float, given: dict) -> bool:
-    """Wrap ``text``'s lines as given (``given`` keeps them, and the characters per line so
-    far) at spaces, fewer characters a line than last time, so that it spans about ``room``
-    pixels along its direction (a y label's is vertical); whether it changed. A value stays
-    with its name ("τ_max = 0.5 s" is not broken at its "=")."""
+def _wrap(text, room: float, page, given: dict) -> bool:
+    """Wrap ``text``, if it reaches past the canvas ``page``, at spaces: its lines as given
+    (``given`` keeps them, and the characters per line so far), fewer characters a line each
+    time, to span about ``room`` pixels along its direction (a y label's is vertical); whether
+    it changed. A value stays with its name ("τ_max = 0.5 s" is not broken at its "=")."""
     box = text.get_window_extent()
-    size = box.height if text.get_rotation() % 180 == 90 else box.width
-    if not text.get_text() or size <= room:
+    inside = page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    if not text.get_text() or inside:
         return False
+    size = box.height if text.get_rotation() % 180 == 90 else box.width
     lines, most = given.get(text, (text.get_text().splitlines(), None))
     longest = max(len(line) for line in text.get_text().splitlines())
-    width = max(8, int(longest * room / size))
-    width = width if most is None else max(8, min(width, most - 1))
+    width = max(8, min(int(longest * room / size), longest - 1, (most or longest) - 1))
     given[text] = (lines, width)
     kept = [line.replace(" = ", "\u00a0=\u00a0") for line in lines]
     wrapped = "\n".join(textwrap.fill(line, width, break_long_words=False) for line in kept)
@@ -599,17 +601,23 @@ def averaged_columns(summary: pd.DataFrame, by: Sequence[str]) -> dict[str, list
     return averaged
 
 
-def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None):
+def plot_heatmap(
+    summary: pd.DataFrame, metric: str, x: str, y: str, path, title=None, missing="n/a"
+):
     """Heatmap of a summary metric over two hyperparameters, each axis named by its symbol
     (``beta``: β) and ticked with its values (one cell per value, evenly spaced whatever their
     scale: β ∈ {1e-05, 0.001, 0.1}). Rows that share a cell (other hyperparameters that vary)
     are averaged, and the title and colour bar say over what: "mean over α ∈ {0.05, 0.1,
-    0.2}"."""
-    table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean")
+    0.2}". A cell without a value (NaN: a censored metric that no run met, say) is hatched grey
+    and says ``missing`` ("never met"), not coloured as a number."""
+    # dropna=False: a column or row of cells without a value keeps its place.
+    table = summary.pivot_table(index=y, columns=x, values=metric, aggfunc="mean", dropna=False)
     averaged = averaged_columns(summary, (x, y))
     over = ", ".join(f"{symbol(c)} ∈ {format_values(v)}" for c, v in averaged.items())
     fig, ax = _subplots(figsize=(6.4, 4.8))
-    image = ax.imshow(table.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
+    values = table.to_numpy(float)
+    image = ax.imshow(np.ma.masked_invalid(values), origin="lower", aspect="auto", cmap="viridis")
+    _mark_missing(ax, values, missing)
     ax.set_xticks(range(len(table.columns)), [f"{v:g}" for v in table.columns], rotation=45)
     ax.set_yticks(range(len(table.index)), [f"{v:g}" for v in table.index])
     ax.set_xlabel(symbol(x))
@@ -617,6 +625,19 @@ def plot_heatmap(summary: pd.DataFrame, metric: str, x: str, y: str, path, title
     _title(ax, title or metric, f"mean over {over}" if over else "")
     fig.colorbar(image, ax=ax, label=f"{metric}, mean over {over}" if over else metric)
     return save(fig, path)
+
+
+def _mark_missing(ax, values: np.ndarray, text: str) -> None:
+    """Each cell of an image of ``values`` [row, column] without a value (NaN, ±inf), hatched
+    grey and saying ``text``: masked out of the colour scale, it would otherwise show the
+    axes' background, or a colour, as if it were a number."""
+    for row, column in np.argwhere(~np.isfinite(values)):
+        ax.add_patch(
+            Rectangle((column - 0.5, row - 0.5), 1, 1, facecolor="0.88", edgecolor="0.6",
+                      hatch="//", linewidth=0)
+        )  # fmt: skip
+        ax.text(column, row, text, ha="center", va="center", fontsize=8, color="0.15",
+                bbox={"facecolor": "0.88", "edgecolor": "none", "pad": 1.5})  # fmt: skip
 
 
 def plot_metric_vs(

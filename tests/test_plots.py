@@ -515,3 +515,33 @@ def test_heatmap_says_what_it_averages(ds):
     np.testing.assert_array_equal(image.get_array(), [[2.0, 3.0], [4.0, 5.0]])
     fig = plots.plot_heatmap(summary.iloc[:4], "jain_index", "V", "beta", "/dev/null", "Jain")
     assert fig.axes[0].get_title() == "Jain" and fig.axes[1].get_ylabel() == "jain_index"
+
+
+def test_heatmap_cells_without_a_value_are_marked_not_coloured():
+    """A cell whose value is NaN (a censored metric that no run met) is masked out of the colour
+    scale and drawn hatched grey, saying ``missing`` ("n/a" by default); a column of such cells
+    keeps its place."""
+    import pandas as pd
+
+    summary = pd.DataFrame(
+        {
+            "policy": ["cs_ucb_q"] * 4,
+            "V": [1.0, 10.0, 1.0, 10.0],
+            "beta": [0.1, 0.1, 0.2, 0.2],
+            "n_seeds": 2,
+            "rounds_to_target": [5.0, np.nan, 7.0, np.nan],
+        }
+    )
+    for missing, text in ((None, "n/a"), ("never met", "never met")):
+        options = {} if missing is None else {"missing": missing}
+        fig = plots.plot_heatmap(summary, "rounds_to_target", "V", "beta", "/dev/null", **options)
+        ax = fig.axes[0]
+        (image,) = ax.get_images()
+        cells = image.get_array()
+        assert np.ma.getmaskarray(cells).tolist() == [[False, True], [False, True]]
+        np.testing.assert_array_equal(np.ma.filled(cells, 0.0), [[5.0, 0.0], [7.0, 0.0]])
+        assert sorted((t.get_position(), t.get_text()) for t in ax.texts) == [
+            ((1, 0), text), ((1, 1), text)
+        ]  # fmt: skip
+        hatched = [p.get_xy() for p in ax.patches if p.get_hatch()]
+        assert sorted(map(tuple, hatched)) == [(0.5, -0.5), (0.5, 0.5)]

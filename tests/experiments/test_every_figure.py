@@ -88,10 +88,14 @@ def v_beta_grid(grid):
     return config, ds, results.summary_table(ds, ["mean_round_time", "min_selection_rate"])
 
 
-def regret_sweep(config, configs):
-    """A CS-UCB-family sweep with its regret benchmark (``regret_plan``'s ``finish``)."""
+def regret_sweep(config, configs, starved=()):
+    """A CS-UCB-family sweep with its regret benchmark (``regret_plan``'s ``finish``); the
+    configurations ``starved`` never select anyone (no guaranteed rate met: rounds_to_target
+    censored)."""
     rng = np.random.default_rng(1)
     ds = runs(configs, config.clients, {**WIRELESS, **QUEUE}, trajectories=config.trajectories)
+    ds["selection_count"][list(starved)] = 0
+    ds["last_unmet_round"][list(starved)] = ROUNDS  # unmet to the last round
     fairness, availability = config.fairness_vectors(configs)
     benchmark = 0.9 + 0.1 * rng.random((len(configs), SEEDS))
     mu = rng.random((SEEDS, config.clients))
@@ -195,7 +199,10 @@ SWEEPS = {
     ),
     "cs_ucb_q_fairness": lambda: regret_sweep(CsUcbQFairness(), CsUcbQFairness().configs()),
     "cs_ucb_q_delay": cs_ucb_q_delay,
-    "beta_rho_grid": lambda: regret_sweep(BetaRhoGrid(), BetaRhoGrid().configs()),
+    # The largest ρ is never met.
+    "beta_rho_grid": lambda: regret_sweep(
+        BetaRhoGrid(), configs := BetaRhoGrid().configs(), np.flatnonzero(configs["rho"] == 1.75)
+    ),
     "cocs_hfl": lambda: planned(
         CocsHfl(budget=(3.5, 5.0), deadline=(3.0, 4.0), h_T=(2.0, 5.0), z=(0.2, 0.4)), HFL
     ),
@@ -415,3 +422,17 @@ def test_a_diverged_sweep_says_so_on_its_axes(initial):
     assert all(text.endswith(ending) for text in legend), legend
     if initial:
         assert all(line.get_markevery() == [0] for line in figure.axes[0].get_lines())
+
+
+def test_heatmap_cells_no_run_met_say_never_met(drawn):
+    """beta_rho_grid's rounds_to_target at ρ = 1.75, where no run meets its rates (censored,
+    NaN): those cells say "never met", hatched, instead of a colour."""
+    ax = drawn["beta_rho_grid", "heatmap_cs_ucb_q_rounds_to_target.png"].axes[0]
+    (image,) = ax.get_images()
+    missing = np.ma.getmaskarray(image.get_array())
+    assert missing[:, -1].all() and not missing[:, :-1].any()
+    cells = sorted((int(t.get_position()[1]), t.get_text()) for t in ax.texts)
+    assert cells == [(row, "never met") for row in range(len(BetaRhoGrid().beta))]
+    for metric in ("average_gap", "max_rate_violation"):
+        ax = drawn["beta_rho_grid", f"heatmap_cs_ucb_q_{metric}.png"].axes[0]
+        assert not ax.texts
