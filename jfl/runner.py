@@ -156,19 +156,31 @@ def output_dims(
     (no federated training), True (a learner evaluating accuracy and test loss) or the run's
     learner, whose ``evaluations`` name what it evaluates (``learner_outputs``).
     """
+    declared = output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers)
+    return {name: tuple(metric.dims) for name, metric in declared.items()}
+
+
+def output_metrics(
+    env: Environment,
+    *,
+    learner=False,
+    trajectories: bool = False,
+    trackers: tuple[Tracker, ...] = (),
+) -> dict[str, Metric]:
+    """The declaration (``Metric``) of every output ``run`` returns, as ``output_dims``."""
     tables = [CORE_OUTPUTS, *(t.outputs for t in trackers), env.round_metrics]
     if learner:  # a Learner (a non-empty NamedTuple) or True
         tables.append(learner_outputs(learner))
     if trajectories:
         tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
     tables.append(HEALTH_OUTPUTS)
-    dims = {}
+    declared = {}
     for table in tables:
         for name, metric in table.items():
-            if name in dims:
+            if name in declared:
                 raise ValueError(f"output {name!r} is declared twice")
-            dims[name] = tuple(metric.dims)
-    return dims
+            declared[name] = metric
+    return declared
 
 
 class Training(NamedTuple):
@@ -239,8 +251,8 @@ def make_run(
     before = tuple(name for name in signals if name not in ROUND_SIGNALS)
     after = tuple(name for name in signals if name in ROUND_SIGNALS)
     trackers = tuple(trackers)
-    dims = output_dims(env, learner=learner, trajectories=trajectories, trackers=trackers)
-    extra_names = [name for name in dims if name not in CORE_OUTPUTS]
+    declared = output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers)
+    extra_names = [name for name in declared if name not in CORE_OUTPUTS]
 
     def run(key, hparams, data=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)
@@ -318,7 +330,7 @@ def make_run(
             )
         recorded.update(_recorded(trackers, carry.tracked, "final"))
         recorded["nonfinite_round"] = first_nonfinite_round(
-            recorded, dims, num_rounds, eval_every or num_rounds
+            recorded, declared, num_rounds, eval_every or num_rounds
         )
         return RunOutput(
             round_time=recorded["round_time"],
@@ -331,23 +343,27 @@ def make_run(
     return run
 
 
-def first_nonfinite_round(recorded, dims, num_rounds: int, eval_every: int) -> jax.Array:
+def first_nonfinite_round(
+    recorded, declared: dict[str, Metric], num_rounds: int, eval_every: int
+) -> jax.Array:
     """The first round at which one run's float outputs hold a NaN or ±inf, -1 if none: a
     per-round output at its round, an evaluation at the round it follows (0: the initial one),
-    any other (a final value) at round T."""
+    any other (a final value) at round T. An output declared ``missing`` may be NaN (a value
+    the run does not have); only ±inf counts there."""
     never = jnp.asarray(num_rounds + 1, jnp.int32)
     first = never
     for name, value in recorded.items():
-        if name not in dims or not jnp.issubdtype(value.dtype, jnp.floating):
+        if name not in declared or not jnp.issubdtype(value.dtype, jnp.floating):
             continue
-        leading = dims[name][:1]
+        leading = tuple(declared[name].dims)[:1]
         if leading == (ROUND,):
             rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
         elif leading == (EVAL,):
             rounds = jnp.arange(value.shape[0], dtype=jnp.int32) * eval_every
         else:
             value, rounds = value[None], jnp.asarray([num_rounds], jnp.int32)
-        bad = ~jnp.all(jnp.isfinite(value.reshape(rounds.shape[0], -1)), axis=1)
+        wrong = jnp.isinf(value) if declared[name].missing else ~jnp.isfinite(value)
+        bad = jnp.any(wrong.reshape(rounds.shape[0], -1), axis=1)
         first = jnp.minimum(first, jnp.min(jnp.where(bad, rounds, never)))
     return jnp.where(first == never, -1, first)
 

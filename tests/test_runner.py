@@ -536,13 +536,16 @@ def test_output_dims():
 def test_first_nonfinite_round_against_a_loop():
     """The first round of a NaN or ±inf among a run's float outputs, against a plain loop over
     the rounds on random instances: per-round outputs at their round, evaluations at the
-    round they follow, other outputs at round T; integer outputs never; -1 where none."""
+    round they follow, other outputs at round T; integer outputs never; NaN in an output
+    declared ``missing`` not at all (±inf there does); -1 where none."""
+    from jfl.envs.base import Metric
     from jfl.runner import first_nonfinite_round
 
     rng = np.random.default_rng(0)
     rounds, every = 12, 3
     dims = {"a": ("round",), "b": ("round", "client"), "acc": ("eval",), "z": ("client",)}
-    dims["n"] = ("round",)
+    dims.update(n=("round",), mu=("round",))
+    declared = {name: Metric(d, name, missing=name == "mu") for name, d in dims.items()}
     for _ in range(200):
         values = {
             "a": rng.normal(size=rounds),
@@ -550,24 +553,27 @@ def test_first_nonfinite_round_against_a_loop():
             "acc": rng.normal(size=rounds // every + 1),
             "z": rng.normal(size=4),
             "n": rng.integers(0, 9, rounds),
+            "mu": np.where(rng.random(rounds) < 0.5, np.nan, 0.5),  # NaN: not given
         }
+        if rng.random() < 0.2:
+            values["mu"][rng.integers(rounds)] = np.inf
         for name in ("a", "b", "acc", "z"):
             if rng.random() < 0.3:
                 flat = values[name].reshape(-1)
                 flat[rng.integers(flat.size)] = rng.choice([np.nan, np.inf, -np.inf])
         expected = rounds + 1
         for t in range(rounds + 1):
-            if t >= 1 and not (
-                np.isfinite(values["a"][t - 1]) and np.isfinite(values["b"][t - 1]).all()
-            ):
-                expected = min(expected, t)
+            if t >= 1:
+                row = [values["a"][t - 1], *values["b"][t - 1]]
+                if not np.isfinite(row).all() or np.isinf(values["mu"][t - 1]):
+                    expected = min(expected, t)
             if t % every == 0 and not np.isfinite(values["acc"][t // every]):
                 expected = min(expected, t)
         if not np.isfinite(values["z"]).all():
             expected = min(expected, rounds)
         expected = -1 if expected == rounds + 1 else expected
         as_jax = {name: jnp.asarray(v) for name, v in values.items()}
-        assert int(first_nonfinite_round(as_jax, dims, rounds, every)) == expected
+        assert int(first_nonfinite_round(as_jax, declared, rounds, every)) == expected
 
 
 def test_run_output_attribute_access():

@@ -40,12 +40,15 @@ def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
 
 
 class Metric(NamedTuple):
-    """Declaration of one output: its dimensions (after [config, seed]), what it is, and the
-    range of its values (``jfl.stats.Bounds``: bands over seeds are clipped to it)."""
+    """Declaration of one output: its dimensions (after [config, seed]), what it is, the range
+    of its values (``jfl.stats.Bounds``: bands over seeds are clipped to it), and whether NaN
+    is one of them: a value the run does not have (``missing``), which the runner's count of
+    diverged runs then leaves alone (``jfl.runner.first_nonfinite_round``)."""
 
     dims: tuple[str, ...]
     doc: str
     bounds: Bounds = UNBOUNDED
+    missing: bool = False
 
 
 class Environment(abc.ABC):

@@ -301,6 +301,7 @@ class WirelessEnv(Environment):
             "pseudo-reward mu(S(t)) = min_{k in S(t)} mu_k, 0 if none selected (NaN when the "
             "run's mean rewards mu_k are not given)",
             UNIT_INTERVAL,
+            missing=True,
         ),
     }
 
