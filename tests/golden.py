@@ -30,7 +30,12 @@ modified CS-UCB rows moved; CS-UCB's, Random's and Round-robin's are bit for bit
 ``fl_rbcsf``, ``fl_cs_ucb_q`` and ``fl_cocs`` gained the ``aggregation`` column when the
 aggregation became part of each method's protocol (issue 38: ``data_size`` for RBCS-F, FedCS and
 CS-UCB-Q, ``uniform`` for COCS, as their runs averaged before); the column was inserted into the
-stored files and every other value reproduces bit for bit.
+stored files and every other value reproduces bit for bit. Every file gained the
+``nonfinite_runs`` column (issue 40: runs with a NaN or ±inf output, 0 in every golden run) after
+``n_seeds``, and ``rounds_to_target`` became censored (NaN for a run that does not meet its rate
+at T, instead of T + 1): only the ``rounds_to_target`` columns of the rows with ``target_met``
+below 1 changed (``v_beta_grid`` 4 rows, ``fl_rbcsf`` 2, ``cs_ucb_q_fairness`` and
+``fl_cs_ucb_q`` 1 each; checked row by row), every other value is bit for bit the previous one.
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the
