@@ -156,7 +156,7 @@ def _wrap(text, room: float, page, given: dict) -> bool:
     """Wrap ``text``, if it reaches past the canvas ``page``, at spaces: its lines as given
     (``given`` keeps them, and the characters per line so far), fewer characters a line each
     time, to span about ``room`` pixels along its direction (a y label's is vertical); whether
-    it changed. A value stays with its name ("τ_max = 0.5 s" is not broken at its "=")."""
+    it changed. A value stays with its name ("N = 5" is not broken at its "=")."""
     box = text.get_window_extent()
     inside = page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
     if not text.get_text() or inside:
