@@ -583,15 +583,16 @@ def _warn_nonfinite(ds) -> None:
 
 
 def config_name(ds, config: int) -> str:
-    """'pow-d lr=1 d=15': a configuration by its policy and the labels that vary in ``ds``."""
+    """'pow_d d=15 learning_rate=1': a configuration by its policy and the labels that vary
+    among that policy's configurations in ``ds``."""
     labels = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
-    labels = [c for c in labels if c not in ("config", "policy")]
-    row = ds.isel(config=config)
-    parts = [str(row["policy"].item())]
-    for name in labels:
+    policy = ds["policy"].to_numpy()
+    same = policy == policy[config]
+    parts = [str(policy[config])]
+    for name in (c for c in labels if c not in ("config", "policy")):
         values = ds[name].to_numpy()
-        if len(set(values.astype(str))) > 1 and str(row[name].item()) != "nan":
-            value = row[name].item()
+        if len(set(values[same].astype(str))) > 1:
+            value = values[config]
             parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
     return " ".join(parts)
 
