@@ -1,6 +1,6 @@
 """Xia et al. Fig. 6: CS-UCB-Q and its baselines choose the clients of a federated training.
 
-    python sweeps/fl_cs_ucb_q.py                                               # about a minute
+    python sweeps/fl_cs_ucb_q.py                                               # about 33 s, 2 cores
     python sweeps/fl_cs_ucb_q.py --local-steps None --batch-size 10 --lr 0.1 --rounds 100 \
         --eval-every 5                                                         # FedAvg epochs
 

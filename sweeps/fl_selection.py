@@ -2,7 +2,7 @@
 rand, clustered sampling (by size and by similarity), AFL, Oort, E3CS, FedIS, DELTA, optimal
 client sampling, FedCor, DivFL, RBCS-F, FedCS and Random.
 
-    python sweeps/fl_selection.py                                   # digits, 2 minutes
+    python sweeps/fl_selection.py                                   # digits, about 86 s on 2 cores
     python sweeps/fl_selection.py --policies fedcor,random --aggregation uniform --seeds 16
     python sweeps/fl_selection.py --policies pow_d,proportional --d 20,40,60
     python sweeps/fl_selection.py --setting fedcor_fmnist --data-dir DIR  # FedCor's FMNIST

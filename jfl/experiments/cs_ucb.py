@@ -716,7 +716,7 @@ class CsUcbQDelay(WirelessScenario):
     Policies that do not read c (the baselines) run once per N, with ρ left empty and their
     fairness queues measured against c = 0.
 
-        python sweeps/cs_ucb_q_delay.py                              # about a minute
+        python sweeps/cs_ucb_q_delay.py                              # about 26 s on 2 cores
         python sweeps/cs_ucb_q_delay.py --N 1:10:10 --rounds 20000 --seeds 32   # paper's size
     """
 

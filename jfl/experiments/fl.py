@@ -190,7 +190,7 @@ class FlCsUcbIdeal(WirelessScenario):
     lost. The paper's size is
     MNIST with τ_max = 5 s; the text gives no T for Fig. 2 (Fig. 3 uses 5000).
 
-        python sweeps/fl_cs_ucb.py                                    # Fig. 2, about a minute
+        python sweeps/fl_cs_ucb.py                                    # Fig. 2, about 30 s, 2 cores
         python sweeps/fl_cs_ucb.py --seeds 32 --rounds 20000 --eval-every 500   # more rounds
         python sweeps/fl_cs_ucb.py --dataset mnist --data-dir ~/data/mnist --tau-max 5 \
             --rounds 5000 --eval-every 100                            # the paper's size
@@ -256,7 +256,7 @@ class FlCsUcbQ(WirelessScenario):
     follows the paper, one SGD step a round on 2 samples at learning rate 0.001; ``--local-steps
     None --batch-size 10 --lr 0.1`` trains one FedAvg epoch instead (the word ``None``).
 
-        python sweeps/fl_cs_ucb_q.py                                  # Fig. 6, about a minute
+        python sweeps/fl_cs_ucb_q.py                                  # Fig. 6, about 33 s, 2 cores
         python sweeps/fl_cs_ucb_q.py --rounds 10000 --eval-every 250 --seeds 32   # more rounds
         python sweeps/fl_cs_ucb_q.py --dataset mnist --data-dir ~/data/mnist --rounds 2000
         python sweeps/fl_cs_ucb_q.py --local-steps None --batch-size 10 --lr 0.1 --rounds 100 \

@@ -51,7 +51,7 @@ class PowDQuadratic(Experiment):
     """Power-of-Choice on a federated quadratic: rand, pow-d, cpow-d, rpow-d, adapow-d (Cho Fig. 2).
 
     Defaults: the paper's setting (K = 30, m = 3, τ = 2, η = 2·10⁻⁵, 15,000 rounds, h_k ~
-    U(1, 20)) with 32 seeds, about 25 s on 2 CPU cores. The gap is evaluated every
+    U(1, 20)) with 32 seeds, about 21 s on 2 CPU cores. The gap is evaluated every
     ``--eval-every`` rounds; the summary gives it at ``--early-round`` (the early descent) and
     at the end (the error floor).
 

@@ -84,7 +84,7 @@ class FlSelection(RbcsfScenario):
     paper``; ``data_size`` and ``uniform`` cross the plain selections with others); ``--d`` and
     ``--sigma`` sweep Power-of-Choice's candidates and E3CS's fairness quota. ``--round-deadline``
     drops the clients slower than it (E3CS's success; none by default). Default: digits with
-    logistic regression, about two minutes on 2 cores; the summary gives the final accuracy,
+    logistic regression, about 86 s on 2 cores; the summary gives the final accuracy,
     and the rounds and simulated time to ``--target-accuracy``. ``--partition`` adds McMahan et
     al.'s shards and FEMNIST's writers to the Dirichlet splits, and ``--setting`` starts from a
     paper's benchmark (FedCor's and Power-of-Choice's Fashion-MNIST, FEMNIST by writer,
