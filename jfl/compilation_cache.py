@@ -16,22 +16,13 @@ compilation after a directory is set.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+from jfl.provenance import package_source, version
+
 _hits = {"count": 0}
 _listening = {"on": False}
-
-
-def source_hash(root: Path = _PACKAGE) -> str:
-    """sha256 (first 16 hex digits) of every ``.py`` file of the package, names and contents."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def cache_root() -> Path:
@@ -44,11 +35,10 @@ def cache_root() -> Path:
 
 
 def cache_dir(root: Path | None = None, code: str | None = None) -> Path:
-    """The cache directory for this jfl source (``code``: its hash) and this JAX."""
-    from jfl.provenance import version
-
+    """The cache directory for this jfl source (``code``: its hash,
+    ``jfl.provenance.package_source``) and this JAX."""
     versions = "-".join(version(name) or "none" for name in ("jax", "jaxlib"))
-    return (root or cache_root()) / f"xla-{versions}-{code or source_hash()}"
+    return (root or cache_root()) / f"xla-{versions}-{code or package_source()}"
 
 
 def enable(directory: Path | None = None) -> Path:

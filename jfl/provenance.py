@@ -67,13 +67,24 @@ def _git(*args: str) -> str | None:
     return done.stdout.decode(errors="replace") if done.returncode == 0 else None
 
 
-@functools.cache
-def package_source() -> str:
-    """A hash of every source file of the package (paths and contents; the one that also keys
-    the compilation cache)."""
-    from jfl.compilation_cache import source_hash as package_hash
+def package_source(root: Path | None = None) -> str:
+    """sha256 (first 16 hex digits) of every ``.py`` file of the package (names and contents),
+    or of the one at ``root``: what the fingerprint compares and what keys the compilation
+    cache (``jfl.compilation_cache``). The installed package's is computed once a process."""
+    return _own_source() if root is None else _tree_hash(Path(root))
 
-    return package_hash()
+
+@functools.cache
+def _own_source() -> str:
+    return _tree_hash(PACKAGE)
+
+
+def _tree_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def git_state() -> tuple[str | None, str | None]:

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from jfl import compilation_cache, driver, reduction, sweep
+from jfl import compilation_cache, driver, provenance, reduction, sweep
 from jfl.cli import parse
 from jfl.experiments import VBetaGrid
 from jfl.results import load_dataset
@@ -306,14 +306,14 @@ def test_compilation_cache_is_used_again_and_not_after_a_code_change(tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "out"
     first = _cached_run(package, cache, out)
     assert Path(first["dir"]).parent == cache and first["hits"] == 0
-    assert Path(first["dir"]).name.endswith(compilation_cache.source_hash(package / "jfl"))
+    assert Path(first["dir"]).name.endswith(provenance.package_source(package / "jfl"))
     assert any(Path(first["dir"]).iterdir())  # the programs it compiled
     second = _cached_run(package, cache, out)
     assert second["dir"] == first["dir"] and second["hits"] > 0
 
     edited = package / "jfl" / "reduction.py"
     edited.write_text(edited.read_text() + "\n# a change\n")
-    changed = compilation_cache.cache_dir(cache, compilation_cache.source_hash(package / "jfl"))
+    changed = compilation_cache.cache_dir(cache, provenance.package_source(package / "jfl"))
     assert changed != Path(first["dir"]) and not changed.exists()
 
 
