@@ -574,27 +574,14 @@ def _rewritten(config: Experiment, stored, dims, chunks: int, stale, layout, sta
 
 
 def _warn_nonfinite(ds) -> None:
-    """One line on stderr where runs recorded NaN or ±inf (a diverged model, say)."""
-    from jfl import results
+    """One line on stderr where runs recorded NaN or ±inf (a diverged model, say), naming each
+    configuration as the figures' legends do."""
+    from jfl import plots, results
 
-    note = results.nonfinite_note(ds, lambda config: config_name(ds, config))
+    varying = plots.varying_hparams(ds)
+    note = results.nonfinite_note(ds, lambda config: plots.config_label(ds, config, varying))
     if note:
         print(note, file=sys.stderr)
-
-
-def config_name(ds, config: int) -> str:
-    """'pow_d d=15 learning_rate=1': a configuration by its policy and the labels that vary
-    among that policy's configurations in ``ds``."""
-    labels = [c for c in ds.coords if ds.coords[c].dims == ("config",)]
-    policy = ds["policy"].to_numpy()
-    same = policy == policy[config]
-    parts = [str(policy[config])]
-    for name in (c for c in labels if c not in ("config", "policy")):
-        values = ds[name].to_numpy()
-        if len(set(values[same].astype(str))) > 1:
-            value = values[config]
-            parts.append(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}")
-    return " ".join(parts)
 
 
 def _stored_results(config: Experiment, dims, keep):
