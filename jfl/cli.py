@@ -246,16 +246,16 @@ def _policy_sections(config_type) -> dict[str, tuple[str, ...]]:
     """The hyperparameter fields of ``config_type`` that policies read, by "<policies>
     hyperparameters" title; readers among the experiment's default policies (or methods)
     where it has such (``alpha`` is RBCS-F's in an RBCS-F sweep, not LinUCB's too)."""
-    from jfl.policies import REGISTRY
+    from jfl.policies import readers
 
     chosen = getattr(config_type, "policies", None) or getattr(config_type, "methods", ())
     chosen = chosen if isinstance(chosen, tuple | list) else ()
     sections: dict[str, tuple[str, ...]] = {}
     for field in dataclasses.fields(config_type):
-        readers = [p for p, spec in REGISTRY.items() if field.name in spec.hparams]
-        readers = [p for p in readers if p in chosen] or readers
-        if readers:
-            title = f"{', '.join(readers)} hyperparameters"
+        names = readers(field.name)
+        names = [p for p in names if p in chosen] or names
+        if names:
+            title = f"{', '.join(names)} hyperparameters"
             sections[title] = (*sections.get(title, ()), field.name)
     return sections
 

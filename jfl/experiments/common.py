@@ -61,18 +61,18 @@ def check_read(
     """ValueError naming the first swept hyperparameter set away from its default (``values``
     against ``defaults``) that none of ``policies`` reads, and the policies that would; those
     in ``read_anyway`` are read by the experiment itself (e.g. a queue rate)."""
-    from jfl.policies import REGISTRY, get
+    from jfl.policies import get, readers
 
     for name, grid in values.items():
         if name in read_anyway or tuple(grid) == tuple(defaults.get(name, grid)):
             continue
         if any(name in get(policy).hparams for policy in policies):
             continue
-        readers = sorted(p for p, spec in REGISTRY.items() if name in spec.hparams)
         flag = f"--{name.replace('_', '-')}"
+        who = ", ".join(sorted(readers(name))) or "no policy"
         raise ValueError(
-            f"{flag} is read by {', '.join(readers) or 'no policy'}, and none of --policies "
-            f"({','.join(policies)}) is one of them: drop {flag} or add such a policy"
+            f"{flag} is read by {who}, and none of --policies ({','.join(policies)}) is one of "
+            f"them: drop {flag} or add such a policy"
         )
 
 

@@ -294,6 +294,11 @@ def get(name: str) -> PolicySpec:
     return REGISTRY[name]
 
 
+def readers(hparam: str) -> list[str]:
+    """The registered policies that read hyperparameter ``hparam``, in registration order."""
+    return [name for name, spec in REGISTRY.items() if hparam in spec.hparams]
+
+
 def check_selection_size(num_clients: int, size: int, name: str = "selection_size") -> None:
     """Raise ValueError unless ``num_clients >= 1`` and ``1 <= size <= num_clients`` (integers).
 
