@@ -186,3 +186,12 @@ def test_max_selected_is_the_size_except_where_a_policy_declares_more():
     assert get("fedcs").max_selected(40, 8) == 40
     for name in ("rbcsf", "random", "cs_ucb_q", "round_robin"):
         assert get(name).max_selected(40, 8) == 8
+
+
+def test_readers_are_the_policies_whose_spec_reads_a_hyperparameter():
+    from jfl.policies import REGISTRY, readers
+
+    assert set(readers("d")) == {"pow_d", "cpow_d", "rpow_d"}
+    assert readers("no_such_hparam") == []
+    for name in ("V", "beta", "sigma"):
+        assert readers(name) == [p for p, spec in REGISTRY.items() if name in spec.hparams]
