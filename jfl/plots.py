@@ -381,7 +381,7 @@ def _title(ax, title: str, *notes: str) -> None:
         ax.set_title(title)
 
 
-def _legend(ax, title: str, fontsize=8):
+def outside_legend(ax, title: str, fontsize=8):
     """The legend of ``ax``, right of its axes (outside the data), top-aligned with them."""
     return ax.legend(
         fontsize=fontsize,
@@ -404,7 +404,7 @@ def legend_size(labels: Sequence[str], title: str = "", fontsize=8) -> tuple[flo
     return width, height
 
 
-def _line_figure(
+def line_figure(
     panels: list[list[str]],
     legend_title: str,
     width=6.4,
@@ -415,7 +415,7 @@ def _line_figure(
 ):
     """A figure of one row of ``columns`` axes per panel (``panels``: each panel's legend
     labels), sharing x (and y, with ``sharey``), in constrained layout, sized for each row's
-    legend on its right (:func:`_legend`): each axes ``width / columns`` wide, the legend
+    legend on its right (:func:`outside_legend`): each axes ``width / columns`` wide, the legend
     beside, rows ``height`` high (or less, at least 3 inches, when there are several), or the
     legend's height if more. Every figure with a legend is made so."""
     legends = [legend_size(labels, legend_title, fontsize) for labels in panels]
@@ -443,7 +443,7 @@ def _finish(axes, groups, xlabel, ylabel, title, notes, legend_title, fontsize=8
         for ax in row:
             ax.grid(alpha=0.3)
         row[0].set_ylabel(ylabel)
-        _legend(row[-1], legend_title, fontsize)
+        outside_legend(row[-1], legend_title, fontsize)
     for ax in axes[-1]:
         ax.set_xlabel(xlabel)
     if title is not None:
@@ -534,7 +534,7 @@ def plot_over_rounds(
             return np.cumsum(samples, axis=1)
 
     legend_title = band_title(ds, variable, method)
-    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
+    fig, axes = line_figure([[labels[i] for i in g] for g in groups], legend_title)
     for (ax,), group in zip(axes, groups, strict=True):
         for i in group:
             seed_band(
@@ -567,7 +567,7 @@ def plot_pull_record(
         method == "bootstrap" or "pull_record_band" not in ds
     )
     legend_title = band_title(ds, "selection_count" if runs else "pull_record", method)
-    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
+    fig, axes = line_figure([[labels[i] for i in g] for g in groups], legend_title)
     for (ax,), group in zip(axes, groups, strict=True):
         for i in group:
             config, style = configs[i], {"label": labels[i], "marker": ".", **styles[i]}
@@ -676,7 +676,7 @@ def plot_metric_vs(
     colors = policy_colors(summary["policy"].to_numpy()) if colors is None else colors
     styles = line_styles(policies, colors)
     groups = panel_groups(policies, max_lines)
-    fig, axes = _line_figure([[lines[i][1] for i in g] for g in groups], "")
+    fig, axes = line_figure([[lines[i][1] for i in g] for g in groups], "")
     for (ax,), group_lines in zip(axes, groups, strict=True):
         for i in group_lines:
             _, label, group = lines[i]
@@ -726,7 +726,7 @@ def plot_selection_fraction(
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     num_clients = ds.sizes["client"]
     legend_title = band_title(ds, "selected", method)
-    fig, axes = _line_figure(
+    fig, axes = line_figure(
         [[labels[i] for i in g] for g in groups], legend_title, width=3.2 * num_clients,
         height=3.6, columns=num_clients, fontsize=7,
     )  # fmt: skip
@@ -787,7 +787,7 @@ def plot_accuracy(
     rounds = ds["eval"].to_numpy()
     bounds = bounds_of(variable)
     legend_title = band_title(ds, variable, method)
-    fig, axes = _line_figure([[labels[i] for i in g] for g in groups], legend_title)
+    fig, axes = line_figure([[labels[i] for i in g] for g in groups], legend_title)
     target = ds.attrs.get("target_accuracy") if variable == "accuracy" else None
     for (ax,), group in zip(axes, groups, strict=True):
         for i in group:

@@ -232,7 +232,7 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     labels = method_labels(summary)
     # A method's colour as in the figures drawn from the dataset (the same policies).
     styles = plots.bar_styles(summary["policy"], plots.policy_colors(summary["policy"]))
-    fig, ((ax,),) = plots._line_figure([labels], "", width=7.0)
+    fig, ((ax,),) = plots.line_figure([labels], "", width=7.0)
     width = 0.8 / max(len(summary), 1)
     x = np.arange(num_classes)
     for row, (_, config) in enumerate(summary.iterrows()):
@@ -253,5 +253,5 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     ax.set_ylabel("selection fraction (share of rounds)")
     ax.set_title("Selection fraction per class (black ticks: E3CS's σ)")
     ax.grid(alpha=0.3, axis="y")
-    plots._legend(ax, "")
+    plots.outside_legend(ax, "")
     plots.save(fig, path)

@@ -271,7 +271,7 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
         for i in range(len(policy))
     ]
     legend_title = plots.band_title(ds, "gap", method)
-    fig, (axes,) = plots._line_figure(
+    fig, (axes,) = plots.line_figure(
         [labels], legend_title, width=11, columns=2, fontsize=7, sharey=False
     )
     for ax, scale in zip(axes, ("linear", "log"), strict=True):
@@ -294,5 +294,5 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
         ax.set_ylabel("F(w) − F(w*)")
         ax.grid(alpha=0.3)
         ax.set_title(f"{title} ({scale})", fontsize=9)
-    plots._legend(axes[1], legend_title, fontsize=7)
+    plots.outside_legend(axes[1], legend_title, fontsize=7)
     plots.save(fig, folder / "gap_vs_round.png")
