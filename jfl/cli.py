@@ -26,15 +26,53 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import tyro
 
 from jfl import sweep
-from jfl.sweep import list_items, parse_values
 
 # Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
 
 _BOX = re.compile(r"[╭╮╰╯│─]+")
+
+
+_RANGE = re.compile(r"^\s*([^:]+):([^:]+):([^:]+)\s*$")
+
+
+def parse_values(text: str, name: str) -> list[float]:
+    """``"1,10,20"`` or an inclusive range ``"start:stop:count"`` (``"0:50:11"`` → 0, 5, …, 50)."""
+    text = str(text).strip()
+    match = _RANGE.match(text)
+    if match and not (match[3].strip().isdigit() and int(match[3]) >= 1):
+        raise ValueError(
+            f"--{name}: the count of start:stop:count must be an integer >= 1, got {text!r}"
+        )
+    items = [] if match else list_items(text, f"--{name}")
+    try:
+        if match:
+            start, stop = float(match[1]), float(match[2])
+            return [float(v) for v in np.linspace(start, stop, int(match[3]))]
+        values = [float(v) for v in items]
+    except ValueError:
+        raise ValueError(
+            f"--{name}: expected a comma-separated list (1,10,20) or start:stop:count "
+            f"(0:50:11), got {text!r}"
+        ) from None
+    if not values:
+        raise ValueError(f"--{name}: no values given")
+    return values
+
+
+def list_items(text: str, name: str) -> list[str]:
+    """The non-empty items of a comma-separated list; an empty item between two commas is refused
+    (``name`` heads the message), one trailing comma is not an item."""
+    items = [v.strip() for v in str(text).split(",")]
+    if items[-1] == "" and len(items) > 1:
+        items.pop()
+    if len(items) > 1 and "" in items:
+        raise ValueError(f"{name}: an empty item in {text!r} (a value missing between commas?)")
+    return [v for v in items if v]
 
 
 def _joined(args) -> str:

@@ -18,7 +18,7 @@ from jfl.envs.rbcsf import PAPER_CLASSES
 from jfl.experiments.common import with_queue_rate
 from jfl.results import run_metrics, to_dataset
 from jfl.stats import mean_ci
-from jfl.sweep import config_table, run_policy_grid
+from jfl.sweep import Plan, config_table, run_policy_grid
 from jfl.trackers import fairness_queue
 
 # The papers' claims on 16 seeds: out of the default run; CI runs them after it.
@@ -34,10 +34,13 @@ def _paper_run(num_seeds, eta_base):
     )
     configs = with_queue_rate(configs, 0.15)  # β = 0.15: RBCS-F's own queue, the same for all
     env = RbcsfEnv()
+    plan = Plan(
+        env, env.default_params(eta_base=eta_base), configs, selection_size=8,
+        trackers=(fairness_queue(),),
+    )  # fmt: skip
     outputs = run_policy_grid(
-        env, env.default_params(eta_base=eta_base), configs, num_clients=40, selection_size=8,
-        num_rounds=500, seeds=np.arange(num_seeds), base_seed=2024, chunk_size=len(VS),
-        show_progress=False, trackers=(fairness_queue(),),
+        plan, rounds=500, seeds=np.arange(num_seeds), base_seed=2024, chunk_size=len(VS),
+        show_progress=False,
     )  # fmt: skip
     return to_dataset(outputs, configs, np.arange(num_seeds))
 

@@ -412,3 +412,19 @@ def test_help_to_a_reader_that_went_away_exits_quietly():
     finally:
         os.close(write)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_parse_values_lists_and_ranges():
+    assert cli.parse_values("1,10,20", "V") == [1.0, 10.0, 20.0]
+    assert cli.parse_values(" 1, 10 ,20, ", "V") == [1.0, 10.0, 20.0]
+    assert cli.parse_values("0:50:11", "V") == pytest.approx(list(np.linspace(0, 50, 11)))
+    assert cli.parse_values("2:2:1", "V") == [2.0]
+    assert cli.parse_values("0.15", "beta") == [0.15]
+    for bad in ("", "a,b", "0:1", "0:1:0", "0:1:x", "0:1:2.5", ",,", "1,,10", ",1"):
+        with pytest.raises(ValueError, match="--V"):
+            cli.parse_values(bad, "V")
+    # What is wrong, said: the range's count, an empty item.
+    with pytest.raises(ValueError, match=r"count of start:stop:count must be an integer >= 1"):
+        cli.parse_values("1:10:0", "V")
+    with pytest.raises(ValueError, match="an empty item in '1,,10'"):
+        cli.parse_values("1,,10", "V")

@@ -145,7 +145,7 @@ def test_same_settings_reuse_the_directory(first):
     its closing line says so."""
     before = _chunks(first.out)
     csv = (first.out / "summary.csv").read_bytes()
-    again = driver.run(first.config)
+    again = driver.run(first.experiment)
     assert _chunks(first.out) == before
     assert (first.chunks_computed, first.chunks_reused) == (2, 0)
     assert (again.chunks_computed, again.chunks_reused) == (0, 2)
@@ -273,7 +273,7 @@ def test_interrupted_sweep_completes_bit_identically(
 ):
     """A run that dies after its first chunk is completed by the same run again."""
     out = tmp_path / "run"
-    config = dataclasses.replace(first.config, out=str(out))
+    config = dataclasses.replace(first.experiment, out=str(out))
     with pytest.raises(KeyboardInterrupt):
         driver.run(config)
     monkeypatch.undo()
@@ -293,7 +293,7 @@ def test_results_file_that_does_not_read_back_keeps_the_chunks(first, tmp_path, 
     from jfl import results
 
     out = tmp_path / "run"
-    config = dataclasses.replace(first.config, out=str(out))
+    config = dataclasses.replace(first.experiment, out=str(out))
     write = results.write_dataset
 
     def corrupt(ds, path, *args, **kwargs):
@@ -315,9 +315,9 @@ def test_a_new_sweep_removes_the_outputs_of_the_one_it_replaces(first, tmp_path,
     new sweep's (it is deleted when the new sweep starts)."""
     out = tmp_path / "run"
     shutil.copytree(first.out, out)
-    other = dataclasses.replace(first.config, out=str(out), target=(0.3,), overwrite=True)
+    other = dataclasses.replace(first.experiment, out=str(out), target=(0.3,), overwrite=True)
     monkeypatch.setattr(
-        sweep, "run_policy_grid", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
+        sweep.PolicyGrid, "run", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)
     )
     with pytest.raises(KeyboardInterrupt):
         driver.run(other)

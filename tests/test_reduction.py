@@ -260,10 +260,16 @@ def test_memory_budget_counts_the_chunks_in_flight():
     config = parse(VBetaGrid, [*TINY[:-4], "--memory-budget", "0.2", "--chunk-size", "auto"])
     plan = config.plan()
     per_config = config.seeds * plan.per_run_bytes * sweep.IN_FLIGHT
-    assert driver.chunk_size(config, plan) == int(0.2 * 2**20) // per_config == 2
+
+    def chunk_size(config, stored=None):
+        return sweep.chunk_size(
+            config.chunk_size, plan, config.seeds, config.memory_budget, stored=stored
+        )
+
+    assert chunk_size(config) == int(0.2 * 2**20) // per_config == 2
     # A resumed sweep keeps the chunks it was started with, whatever the budget now.
-    assert driver.chunk_size(config, plan, stored=3) == 3
-    assert driver.chunk_size(dataclasses.replace(config, chunk_size="1"), plan, stored=3) == 1
+    assert chunk_size(config, stored=3) == 3
+    assert chunk_size(dataclasses.replace(config, chunk_size="1"), stored=3) == 1
 
 
 # --------------------------------------------------------------------------- compilation cache

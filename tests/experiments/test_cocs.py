@@ -310,7 +310,7 @@ def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
     # other neighbours; the runner's own tests cover a configuration alone.
     other_grid = dict(budget=(4.0, 9.0), deadline=(4.0, 1.0), plots=False, out=str(tmp_path / "o"))
     other_grid["policies"] = ("cocs", "oracle")
-    other = driver.run(dataclasses.replace(tiny_run.config, **other_grid)).dataset
+    other = driver.run(dataclasses.replace(tiny_run.experiment, **other_grid)).dataset
     assert set(other.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
     for policy in ("cocs", "oracle"):
         at = dict(policy=policy, budget=4.0, deadline=4.0)

@@ -44,11 +44,12 @@ def tiny(tmp_path_factory):
 def test_the_quadratic_is_batch_invariant_so_its_chunks_hold_several_configurations(tiny, tmp_path):
     """The quadratic's learner sums by halvings only (``batch_invariant``): its sweep batches
     a policy's configurations together, and a chunk of one configuration gives the same bits."""
-    from jfl import driver
+    from jfl import sweep
 
     config = cli.parse(PowDQuadratic, [*TINY, "--out", str(tmp_path / "auto")])
     plan = config.plan()
-    assert not driver.exact_chunks(plan) and driver.chunk_size(config, plan) > 1
+    assert not sweep.PolicyGrid(plan).exact
+    assert sweep.chunk_size(config.chunk_size, plan, config.seeds) > 1
     out = tmp_path / "one"
     argv = [*TINY, "--methods", "pow_d", "--chunk-size", "1", "--no-plots", "--out", str(out)]
     assert cli.main(PowDQuadratic, argv, prog=PROG) == 0

@@ -151,18 +151,9 @@ def test_a_learner_without_the_signal_is_refused():
 
 
 def test_policy_grid_without_a_learner_names_the_policy():
-    from jfl.sweep import run_policy_grid
+    from jfl.sweep import Plan, run_policy_grid
 
     configs = pd.DataFrame({"policy": ["local_accuracy"]})
+    plan = Plan(WirelessEnv(), make_params(K), configs, selection_size=3)
     with pytest.raises(ValueError, match=r"^policy 'local_accuracy' reads \['local_accuracy'\]"):
-        run_policy_grid(
-            WirelessEnv(),
-            make_params(K),
-            configs,
-            num_clients=K,
-            selection_size=3,
-            num_rounds=4,
-            seeds=[0],
-            chunk_size=1,
-            show_progress=False,
-        )
+        run_policy_grid(plan, rounds=4, seeds=[0], chunk_size=1, show_progress=False)

@@ -1,0 +1,178 @@
+"""A sweep's configuration table run policy group by policy group: one compiled program per
+(policy, selection size), its configurations in chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
+
+from jfl.distributed import SINGLE, Layout
+from jfl.policies import get as get_policy
+from jfl.reduction import make_reducer
+from jfl.runner import learner_outputs, make_batched_run, make_run, output_dims, seed_keys
+from jfl.sweep._chunks import group_chunk_size
+from jfl.sweep._directory import ChunkStore
+from jfl.sweep._execution import run_chunked
+from jfl.sweep._grid import (
+    Group,
+    Plan,
+    checked_arrays,
+    policy_groups,
+    policy_hparams,
+    selection_sizes,
+)
+
+
+class PolicyGrid:
+    """A plan's policy groups, checked, with their learners and the dims of the outputs.
+
+    Every group is checked when the grid is made (the policy against the environment and its
+    learner's signals), before anything compiles. ``dims`` names each output's axes after
+    [config, seed] (``jfl.runner.output_dims``), for the plan's environment, learner and
+    trackers; ``exact`` says whether every chunk must be computed at exactly the chunk size (a
+    learner that is not batch invariant: ``jfl.sweep.chunk_size``).
+    """
+
+    def __init__(self, plan: Plan, trajectories: bool = False):
+        self.plan = plan
+        self.trajectories = trajectories
+        self.sizes = selection_sizes(plan.configs, plan.selection_size)
+        self.groups = policy_groups(plan.configs, plan.selection_size)
+        self.learners = [self._checked_learner(group) for group in self.groups]
+        if plan.learner is not None:
+            if len({tuple(learner_outputs(g)) for g in self.learners}) > 1:
+                raise ValueError("the policies' learners evaluate different quantities")
+        first = False if plan.learner is None else self.learners[0]
+        self.dims = output_dims(
+            plan.env, learner=first, trajectories=trajectories, trackers=plan.trackers
+        )
+        self.exact = plan.learner is not None and not self.learners[0].batch_invariant
+
+    def _checked_learner(self, group: Group):
+        name, size = self._policy(group)
+        spec = get_policy(name)
+        spec.check_environment(self.plan.env)
+        learner = None if self.plan.learner is None else self.plan.learner(name, size)
+        spec.check_learner(learner)
+        return learner
+
+    def _policy(self, group: Group) -> tuple[str, int]:
+        return self.plan.configs["policy"].iloc[group.start], int(self.sizes[group.start])
+
+    def run(
+        self,
+        *,
+        rounds: int,
+        seeds: Sequence[int],
+        chunk_size: int,
+        base_seed: int = 0,
+        store: ChunkStore | None = None,
+        show_progress: bool = True,
+        layout: Layout = SINGLE,
+        on_device: bool = False,
+        per_run: tuple[str, ...] = (),
+    ) -> dict[str, np.ndarray]:
+        """Every configuration over ``seeds``: outputs with axes [config, seed, ...].
+
+        ``on_device``: the runs are reduced on the device (``jfl.reduction``): the outputs are
+        the per-run metrics [config, seed] and the bands over seeds [config, ...] that
+        ``jfl.reduction.reduced_dims`` lists, and the outputs named in ``per_run``, which go to
+        ``store`` chunk by chunk instead of being returned where there is a store. ``layout``
+        shares the chunks among the processes of a distributed sweep (``jfl.distributed``);
+        every process returns all outputs.
+        """
+        plan = self.plan
+        per_config, per_seed = checked_arrays(
+            plan.configs, seeds, plan.per_config, plan.per_seed, tuple(plan.trackers)
+        )
+        reducer = self._reducer(rounds, per_run) if on_device else None
+        keys = seed_keys(base_seed, seeds)
+        outputs = []
+        bar = tqdm(total=len(plan.configs), unit="config", disable=not show_progress, desc="sweep")
+        try:
+            for group, learner in zip(self.groups, self.learners, strict=True):
+                name, size = self._policy(group)
+                hparams = policy_hparams(
+                    name, plan.configs.iloc[group.start : group.stop], plan.fixed
+                )
+                for arrays in (per_config, per_seed):
+                    hparams.update(
+                        {
+                            k: v[group.start : group.stop].astype(np.float32)
+                            for k, v in arrays.items()
+                        }
+                    )
+                bar.set_postfix_str(name)
+                batched = self._batched(name, size, learner, rounds, reducer, tuple(per_seed))
+                count = group.stop - group.start
+                outputs.append(
+                    run_chunked(
+                        batched,
+                        keys,
+                        hparams,
+                        group_chunk_size(chunk_size, count, self.exact),
+                        num_configs=count,
+                        exact=self.exact,
+                        store=store,
+                        label=group.label,
+                        progress=bar,
+                        layout=layout,
+                        per_run=per_run if on_device else (),
+                        first_row=group.start,
+                    )
+                )
+        finally:
+            bar.close()
+        if len(outputs) == 1:
+            return outputs[0]
+        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+
+    def _reducer(self, rounds: int, per_run: tuple[str, ...]):
+        rates = [t.hparams[0] for t in self.plan.trackers if "final_queue" in t.outputs]
+        return make_reducer(self.dims, rounds, tuple(per_run), *rates[:1])
+
+    def _batched(self, name, size, learner, rounds, reducer, seed_hparams):
+        plan = self.plan
+        run = make_run(
+            plan.env,
+            plan.env_params,
+            get_policy(name).build(plan.env_params.num_clients, size),
+            rounds,
+            trajectories=self.trajectories,
+            env_hparams=plan.env_hparams,
+            learner=learner,
+            eval_every=plan.eval_every,
+            trackers=tuple(plan.trackers),
+        )
+        return make_batched_run(run, plan.data, seed_hparams=seed_hparams, reduce=reducer)
+
+
+def run_policy_grid(
+    plan: Plan,
+    *,
+    rounds: int,
+    seeds: Sequence[int],
+    chunk_size: int,
+    trajectories: bool = False,
+    **options,
+) -> dict[str, np.ndarray]:
+    """Run every configuration of ``plan.configs`` over ``seeds``: outputs with axes
+    [config, seed, ...] (``PolicyGrid.run``'s ``options``: ``base_seed``, ``store``,
+    ``show_progress``, ``layout``, ``on_device``, ``per_run``).
+
+    One compiled program per policy and selection size (``plan.selection_size``: an int, or the
+    name of a config column holding it per row); each group's rows must be contiguous.
+    ``plan.per_config`` holds extra per-configuration arrays (leading axis ``len(configs)``):
+    hyperparameters that are vectors, such as a fairness vector c [C, N]; ``plan.trackers``
+    (``jfl.trackers``) are kept in every run, the hyperparameters they read taken from
+    ``per_config`` or else from the column of that name; ``plan.per_seed`` holds
+    per-(configuration, seed) arrays ([C, S, ...]) that each run reads for its own seed;
+    ``plan.env_hparams`` names environment fields taken from the hyperparameters (see
+    ``jfl.runner.make_run``). Federated runs: ``plan.learner(policy, size)`` builds each group's
+    learner, ``plan.data`` is the ``jfl.fl.FederatedData`` every run reads, and
+    ``plan.eval_every`` the evaluation period in rounds.
+    """
+    grid = PolicyGrid(plan, trajectories)
+    return grid.run(rounds=rounds, seeds=seeds, chunk_size=chunk_size, **options)

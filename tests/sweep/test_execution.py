@@ -1,0 +1,58 @@
+"""jfl.sweep's execution pipeline: interrupts and the chunk writer."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from jfl.sweep import _execution
+
+
+def test_a_ctrl_c_in_the_final_wait_still_lets_every_chunk_finish_writing(tmp_path):
+    """A Ctrl-C that interrupts the wait for the chunk writer is raised only once the chunk in
+    the writer is on disk: the interrupt message counts what the process leaves behind."""
+
+    class InterruptedOnce(ThreadPoolExecutor):
+        interrupts = 1
+
+        def shutdown(self, wait=True, **kwargs):
+            if self.interrupts:
+                self.interrupts -= 1
+                raise KeyboardInterrupt
+            super().shutdown(wait, **kwargs)
+
+    writer, done = InterruptedOnce(max_workers=1), tmp_path / "written"
+    writer.submit(lambda: (time.sleep(0.2), done.touch()))
+    with pytest.raises(KeyboardInterrupt):
+        _execution._drain(writer)
+    assert done.exists()
+
+
+def test_under_the_command_line_device_waits_leave_the_main_thread_free_for_ctrl_c(monkeypatch):
+    """With the command line's Ctrl-C handler (``WAIT_OFF_MAIN``), a chunk's wait runs on a
+    thread of its own: a SIGINT raises KeyboardInterrupt on the main thread while the wait is
+    still blocked (a compilation or an XLA computation would hold the main thread until it
+    ends); without the handler it runs on the caller's thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("the tests run on the main thread, where signals are delivered")
+    release, seen = threading.Event(), []
+
+    def blocked():
+        seen.append(threading.current_thread())
+        release.wait(60)
+
+    monkeypatch.setattr(_execution, "WAIT_OFF_MAIN", threading.Event())
+    _execution.WAIT_OFF_MAIN.set()
+    main = threading.main_thread().ident
+    threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        _execution._interruptible(blocked)
+    assert not release.is_set() and seen[0] is not threading.main_thread()
+    release.set()
+    _execution.WAIT_OFF_MAIN.clear()
+    assert _execution._interruptible(threading.current_thread) is threading.main_thread()
