@@ -36,6 +36,7 @@ _SUBMODULES = (
     "experiments",
     "fl",
     "kernels",
+    "outputs",
     "plots",
     "policies",
     "prng",
@@ -51,7 +52,6 @@ _SUBMODULES = (
 # Public names re-exported at the top level, by the module that defines them.
 _NAMES = {
     "Environment": "envs",
-    "Metric": "envs",
     "Policy": "policies",
     "PolicySpec": "policies",
     "HParam": "policies",
@@ -61,7 +61,8 @@ _NAMES = {
     "RunOutput": "runner",
     "make_run": "runner",
     "make_batched_run": "runner",
-    "output_dims": "runner",
+    "output_dims": "outputs",
+    "Metric": "outputs",
     "seed_keys": "runner",
     "config_table": "sweep",
     "run_policy_grid": "sweep",
@@ -72,7 +73,7 @@ _NAMES = {
     "summarize": "results",
     "load_dataset": "results",
     "Experiment": "driver",
-    "Plan": "driver",
+    "Plan": "sweep",
     "run": "driver",
 }
 
@@ -104,6 +105,7 @@ __all__ = [
     "make_reducer",
     "make_run",
     "output_dims",
+    "outputs",
     "plots",
     "policies",
     "prng",

@@ -47,8 +47,8 @@ from jfl import (
     results,
     sweep,
 )
+from jfl.outputs import TRAJECTORY_OUTPUTS
 from jfl.policies import get as get_policy
-from jfl.runner import TRAJECTORY_OUTPUTS
 from jfl.sweep import Plan
 
 

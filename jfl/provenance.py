@@ -1,7 +1,7 @@
 """What made a sweep's numbers: settings, versions, the code, the machine.
 
 A sweep directory's manifest stores :func:`code_fingerprint` next to the settings, so that chunks
-computed by other code are never reused without a word (``jfl.sweep.prepare_out_dir``). The
+computed by other code are never reused without a word (``jfl.sweep.SweepDir``). The
 fingerprint holds what determines the numbers:
 
 * ``jfl``, ``jax``, ``jaxlib``: the versions (JAX's own kernels and XLA's code generation change

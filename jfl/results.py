@@ -16,10 +16,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from jfl.envs import ENVIRONMENTS
-from jfl.runner import output_dims
+from jfl.outputs import CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, Metric
 from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, jain_index
-from jfl.trackers import QUEUE_RATE, TRACKERS
+from jfl.trackers import QUEUE_RATE
 
 # Federated training (docs/metrics.md): final test accuracy, and rounds and simulated
 # wall-clock time to
@@ -39,20 +38,24 @@ def to_dataset(
     seeds,
     dims: Mapping[str, tuple[str, ...]] | None = None,
     leading: tuple[str, ...] = ("config", "seed"),
+    metrics: Mapping[str, Metric] | None = None,
 ) -> xr.Dataset:
     """Arrays with leading axes [config, seed] and a config table -> labelled Dataset.
 
-    ``dims`` gives each output's dims after the ``leading`` ones (``jfl.runner.output_dims``;
-    for a sweep reduced on the device, ``leading=("config",)`` and
-    ``jfl.reduction.reduced_dims``); by default those of the runner's core, learner and
-    trajectory outputs, of every tracker in ``jfl.trackers.TRACKERS`` and of the per-round
-    metrics every environment in ``jfl.envs.ENVIRONMENTS`` declares.
+    ``metrics`` declares the outputs (``jfl.outputs.output_metrics`` of the runs' own
+    environment, learner and trackers; by default ``outputs.metrics``, as
+    ``jfl.sweep.run_policy_grid`` returns them): their dims after the ``leading`` ones, and
+    their ranges, which the dataset keeps (:func:`declared_bounds` reads them) to clip
+    intervals. ``dims`` overrides the dims (a sweep reduced on the device:
+    ``jfl.reduction.reduced_dims``, with ``leading=("config",)``).
     """
-    if dims is None:
-        dims = {}
-        trackers = tuple(tracker() for tracker in TRACKERS.values())
-        for env_type in ENVIRONMENTS.values():
-            dims.update(output_dims(env_type(), learner=True, trajectories=True, trackers=trackers))
+    metrics = getattr(outputs, "metrics", None) if metrics is None else metrics
+    if dims is None and metrics is None:
+        raise ValueError(
+            "to_dataset needs the outputs' declarations: the Outputs that run_policy_grid "
+            "returns, or metrics= (jfl.outputs.output_metrics of the runs' environment)"
+        )
+    dims = {name: tuple(m.dims) for name, m in metrics.items()} if dims is None else dims
     seeds = np.asarray(seeds)
     data_vars, sizes = {}, {}
     for name, value in outputs.items():
@@ -84,39 +87,59 @@ def to_dataset(
         else:
             values = values.astype(float)
         coords[column] = ("config", values)
-    return xr.Dataset(data_vars, coords=coords)
+    ds = xr.Dataset(data_vars, coords=coords)
+    if metrics:
+        ds.attrs[BOUNDS_ATTR] = _bounds_json(metrics)
+    return ds
 
 
-def declared_bounds(extra: Mapping[str, Bounds] | None = None) -> dict[str, Bounds]:
-    """The bounds (``jfl.stats.Bounds``) of every quantity the library declares, by name: the
-    outputs (``jfl.envs.base.Metric``: the runner's, every environment's and tracker's), the
-    per-run metrics and curves (``jfl.reduction.RUN_METRICS``, ``CURVES``) and the accuracy
-    metrics (``ACCURACY_METRICS``); a band ``<name>_band`` has its quantity's. ``extra`` (an
+# The dataset attribute holding the declared ranges of its outputs (JSON: name -> [low, high]).
+BOUNDS_ATTR = "output_bounds"
+
+
+def _bounds_json(metrics: Mapping[str, Metric]) -> str:
+    return strict_json({name: list(m.bounds) for name, m in metrics.items()}, sort_keys=True)
+
+
+def output_bounds(ds: xr.Dataset) -> dict[str, Bounds]:
+    """The ranges of the outputs ``ds`` holds, as their runs declared them (``to_dataset``)."""
+    stored = json.loads(ds.attrs.get(BOUNDS_ATTR, "{}"))
+    return {name: Bounds(float(low), float(high)) for name, (low, high) in stored.items()}
+
+
+def declared_bounds(
+    extra: Mapping[str, Bounds] | None = None, ds: xr.Dataset | None = None
+) -> dict[str, Bounds]:
+    """The bounds (``jfl.stats.Bounds``) of every quantity declared, by name: the runner's
+    outputs (``jfl.outputs``), the per-run metrics and curves (``jfl.reduction.RUN_METRICS``,
+    ``CURVES``), the outputs of ``ds`` as its runs declared them (their own environment's
+    metrics and trackers' outputs: :func:`output_bounds`) and the accuracy metrics
+    (``ACCURACY_METRICS``); a band ``<name>_band`` has its quantity's. ``extra`` (an
     experiment's ``metric_bounds``) adds or replaces entries. Anything else is unbounded.
 
     By name, not as an attribute of the arrays: xarray keeps attributes through arithmetic, so
     a regret computed as a difference of utilities would inherit their ≥ 0.
     """
     from jfl.reduction import CURVES, RUN_METRICS
-    from jfl.runner import CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS
 
     tables = [CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, RUN_METRICS, CURVES]
-    tables += [env_type.round_metrics for env_type in ENVIRONMENTS.values()]
-    for tracker in TRACKERS.values():
-        tables += [tracker().outputs, tracker().trajectories]
     known = {}
     for table in tables:
         for name, declaration in table.items():
             known.setdefault(name, declaration.bounds)
+    for name, bounds in (output_bounds(ds) if ds is not None else {}).items():
+        known.setdefault(name, bounds)
     known.update(ACCURACY_METRICS)
     known.update(extra or {})
     known.update({f"{name}_band": bounds for name, bounds in list(known.items())})
     return known
 
 
-def bounds_of(name: str, extra: Mapping[str, Bounds] | None = None) -> Bounds:
+def bounds_of(
+    name: str, extra: Mapping[str, Bounds] | None = None, ds: xr.Dataset | None = None
+) -> Bounds:
     """The declared bounds of quantity ``name`` (:func:`declared_bounds`), else unbounded."""
-    return declared_bounds(extra).get(name, UNBOUNDED)
+    return declared_bounds(extra, ds).get(name, UNBOUNDED)
 
 
 def running_selection_fraction(ds: xr.Dataset) -> xr.DataArray:
@@ -211,7 +234,7 @@ def summary_table(
     table["n_seeds"] = ds.sizes["seed"]
     if "nonfinite_round" in ds:  # runs whose outputs hold NaN or ±inf: their means skip them
         table["nonfinite_runs"] = nonfinite_runs(ds).to_numpy()
-    known = declared_bounds(bounds)
+    known = declared_bounds(bounds, ds)
     for name in metrics:
         values = ds[name].transpose("config", "seed").to_numpy()
         clip = known.get(name, UNBOUNDED)
@@ -224,7 +247,7 @@ def summary_table(
 
 def nonfinite_runs(ds: xr.Dataset) -> xr.DataArray:
     """[config] How many of each configuration's runs recorded a NaN or ±inf
-    (``jfl.runner.HEALTH_OUTPUTS``)."""
+    (``jfl.outputs.HEALTH_OUTPUTS``)."""
     return (ds["nonfinite_round"] >= 0).sum("seed")
 
 

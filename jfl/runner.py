@@ -25,8 +25,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfl.envs import ENVIRONMENTS
-from jfl.envs.base import CLIENT, EVAL, ROUND, Environment, Metric
+from jfl.envs.base import Environment
+from jfl.outputs import (
+    CLIENT,
+    CORE_OUTPUTS,
+    EVAL,
+    LEARNER_OUTPUTS,
+    ROUND,
+    TRAJECTORY_OUTPUTS,
+    Metric,
+    learner_evaluations,
+    output_metrics,
+)
 from jfl.policies.base import (
     ROUND_SIGNALS,
     LearnerObservation,
@@ -34,46 +44,7 @@ from jfl.policies.base import (
     Selection,
     check_signals,
 )
-from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
-from jfl.trackers import TRACKERS, Tracker
-
-# Outputs declared by what produces them: name -> Metric(dims after [config, seed], doc,
-# bounds). The environment declares its own per-round metrics (``Environment.round_metrics``).
-CORE_OUTPUTS = {
-    "round_time": Metric(
-        (ROUND,), "max realised time over the selected clients (eq. 1)", NONNEGATIVE
-    ),
-    "num_selected": Metric((ROUND,), "|S_t|, the number of selected clients", NONNEGATIVE),
-    "selection_count": Metric(
-        (CLIENT,), "pull record: selections of each client in T rounds", NONNEGATIVE
-    ),
-}
-# What a learner's ``evaluate`` returns unless it declares its own (``Learner.evaluations``).
-EVALUATIONS = {
-    "accuracy": Metric((EVAL,), "test accuracy at rounds 0, k, 2k, …, T", UNIT_INTERVAL),
-    "test_loss": Metric((EVAL,), "test loss at the same rounds", NONNEGATIVE),
-}
-# With a federated learner (``make_run(..., learner=...)``), whose evaluations stand where
-# ``EVALUATIONS`` do (``learner_outputs``).
-LEARNER_OUTPUTS = {
-    "wall_clock": Metric((ROUND,), "simulated time at the end of round t", NONNEGATIVE),
-    "num_delivered": Metric((ROUND,), "trained models that reached their server", NONNEGATIVE),
-    **EVALUATIONS,
-    "untrained": Metric((), "selections beyond the learner's slots (should be 0)", NONNEGATIVE),
-}
-# Recorded by every run: where its numbers stopped being numbers (a diverged model, say), so
-# that the summary can count such runs instead of averaging around them.
-HEALTH_OUTPUTS = {
-    "nonfinite_round": Metric(
-        (),
-        "first round with a NaN or ±inf output (an evaluation: the round it follows, 0 the "
-        "initial one; a final value: round T); -1: every value finite",
-    )
-}
-# With ``trajectories=True``.
-TRAJECTORY_OUTPUTS = {
-    "selected": Metric((ROUND, CLIENT), "the selection S_t as a mask", UNIT_INTERVAL)
-}
+from jfl.trackers import Tracker
 
 
 class _RunOutputFields(NamedTuple):
@@ -89,9 +60,10 @@ class RunOutput(_RunOutputFields):
     ``extras`` holds the environment's declared ``round_metrics``, the trackers' outputs, the
     learner's outputs and the trajectories, as this run records them; ``output_dims`` gives every
     name's dims. Extras read as attributes too (``out.set_reward``); ``arrays()`` is the flat dict
-    of all outputs. An output that only other runs record (another environment's metric, a tracker's
-    output without the tracker, the learner's outputs without a learner, trajectories without
-    ``trajectories=True``) reads as None, an unknown name raises AttributeError.
+    of all outputs. The runner's optional outputs that this run does not record (the learner's
+    without a learner, trajectories without ``trajectories=True``) read as None; any other name
+    this run does not record (another environment's metric, a tracker's output without the
+    tracker) raises AttributeError: only the run's own environment and trackers declare them.
     """
 
     __slots__ = ()
@@ -100,87 +72,17 @@ class RunOutput(_RunOutputFields):
         extras = _RunOutputFields.extras.__get__(self)
         if name in extras:
             return extras[name]
-        if not name.startswith("_") and name in _optional_outputs():
+        if name in LEARNER_OUTPUTS or name in TRAJECTORY_OUTPUTS:
             return None
-        raise AttributeError(f"{type(self).__name__} has no output {name!r}")
+        raise AttributeError(
+            f"{type(self).__name__} has no output {name!r} (this run records "
+            f"{', '.join([*CORE_OUTPUTS, *extras])})"
+        )
 
     def arrays(self) -> dict[str, jax.Array]:
         """All outputs as one flat dict: the core ones, then the extras."""
         core = {name: getattr(self, name) for name in CORE_OUTPUTS}
         return {**core, **self.extras}
-
-
-def _optional_outputs() -> set[str]:
-    names = {*LEARNER_OUTPUTS, *TRAJECTORY_OUTPUTS}
-    for env_type in ENVIRONMENTS.values():
-        names.update(env_type.round_metrics)
-    for tracker in TRACKERS.values():
-        names.update({**tracker().outputs, **tracker().trajectories})
-    return names
-
-
-def learner_evaluations(learner=True) -> dict[str, Metric]:
-    """What ``learner.evaluate`` returns: its ``Learner.evaluations``, or ``EVALUATIONS`` (test
-    accuracy and loss) for a learner that declares none (or ``True``)."""
-    evaluations = getattr(learner, "evaluations", None)
-    return dict(EVALUATIONS if evaluations is None else evaluations)
-
-
-def learner_outputs(learner=True) -> dict[str, Metric]:
-    """The outputs a run with ``learner`` records: ``LEARNER_OUTPUTS`` with the learner's
-    evaluations (``learner_evaluations``, each of dims ("eval",)) in place of accuracy and test
-    loss."""
-    evaluations = learner_evaluations(learner)
-    for name, metric in evaluations.items():
-        if not isinstance(metric, Metric) or tuple(metric.dims) != (EVAL,):
-            raise TypeError(
-                f"the learner's evaluation {name!r} must be a Metric of dims ({EVAL!r},), "
-                f"got {metric!r}"
-            )
-    outputs = {k: v for k, v in LEARNER_OUTPUTS.items() if k not in EVALUATIONS}
-    untrained = outputs.pop("untrained")
-    return {**outputs, **evaluations, "untrained": untrained}
-
-
-def output_dims(
-    env: Environment,
-    *,
-    learner=False,
-    trajectories: bool = False,
-    trackers: tuple[Tracker, ...] = (),
-) -> dict[str, tuple[str, ...]]:
-    """Dims (after the leading [config, seed] axes) of every output ``run`` returns.
-
-    Each is a tuple of "round", "client" and "eval" (the evaluations of a federated run), or
-    () for one value per run; in the order of ``RunOutput.arrays()``. ``learner``: False or None
-    (no federated training), True (a learner evaluating accuracy and test loss) or the run's
-    learner, whose ``evaluations`` name what it evaluates (``learner_outputs``).
-    """
-    declared = output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers)
-    return {name: tuple(metric.dims) for name, metric in declared.items()}
-
-
-def output_metrics(
-    env: Environment,
-    *,
-    learner=False,
-    trajectories: bool = False,
-    trackers: tuple[Tracker, ...] = (),
-) -> dict[str, Metric]:
-    """The declaration (``Metric``) of every output ``run`` returns, as ``output_dims``."""
-    tables = [CORE_OUTPUTS, *(t.outputs for t in trackers), env.round_metrics]
-    if learner:  # a Learner (a non-empty NamedTuple) or True
-        tables.append(learner_outputs(learner))
-    if trajectories:
-        tables.extend([TRAJECTORY_OUTPUTS, *(t.trajectories for t in trackers)])
-    tables.append(HEALTH_OUTPUTS)
-    declared = {}
-    for table in tables:
-        for name, metric in table.items():
-            if name in declared:
-                raise ValueError(f"output {name!r} is declared twice")
-            declared[name] = metric
-    return declared
 
 
 class Training(NamedTuple):

@@ -16,7 +16,7 @@ is a NamedTuple of pure functions (optax style) over a state of its own:
   table or per configuration, with the policy's own.
 
 An experiment hands its trackers to ``jfl.runner.make_run(..., trackers=...)`` (through
-``jfl.sweep.run_policy_grid``); without any, a run records the round times and the selections.
+``jfl.sweep.Plan``); without any, a run records the round times and the selections.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ from scipy import stats as sps
 from jfl import compilation_cache, driver, provenance, reduction, sweep
 from jfl.cli import parse
 from jfl.experiments import VBetaGrid
+from jfl.outputs import output_dims
 from jfl.results import load_dataset
-from jfl.runner import make_batched_run, make_run, output_dims, seed_keys
+from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.trackers import fairness_queue
 
 ROOT = Path(__file__).resolve().parents[1]

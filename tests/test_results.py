@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 import xarray as xr
 
+from jfl.envs import RbcsfEnv
+from jfl.outputs import Outputs, output_dims, output_metrics
 from jfl.results import (
     accuracy_metrics,
     bounds_of,
@@ -16,8 +18,11 @@ from jfl.results import (
     to_dataset,
 )
 from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, interval, jain_index
+from jfl.trackers import fairness_queue
 
 CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 6, 5
+# The dims of a federated RBCS-F run's outputs with the fairness queue (jfl.outputs).
+DIMS = output_dims(RbcsfEnv(), learner=True, trackers=(fairness_queue(),))
 
 
 def _configs() -> pd.DataFrame:
@@ -46,7 +51,7 @@ def _outputs(seed=0) -> dict[str, np.ndarray]:
 
 @pytest.fixture
 def ds():
-    return to_dataset(_outputs(), _configs(), seeds=[10, 11, 12, 13])
+    return to_dataset(_outputs(), _configs(), seeds=[10, 11, 12, 13], dims=DIMS)
 
 
 def test_to_dataset_labels_dims_and_coordinates(ds):
@@ -69,7 +74,7 @@ def test_to_dataset_evaluations_and_explicit_dims():
         "wall_clock": np.zeros((1, 2, 10)),
     }
     configs = pd.DataFrame({"policy": ["random"]})
-    ds = to_dataset(outputs, configs, [0, 1])
+    ds = to_dataset(outputs, configs, [0, 1], dims=DIMS)
     assert ds["accuracy"].dims == ("config", "seed", "eval")
     assert list(ds["eval"].to_numpy()) == [0, 5, 10]
     with pytest.raises(ValueError, match="unknown output 'accuracy'"):
@@ -112,7 +117,7 @@ def test_without_the_fairness_queue_only_the_selection_metrics():
     """Runs without the fairness queue (no tracker) have no queue or rate-target metrics."""
     outputs = _outputs()
     plain = {k: outputs[k] for k in ("round_time", "num_selected", "selection_count")}
-    ds = to_dataset(plain, _configs().drop(columns="queue_rate"), np.arange(SEEDS))
+    ds = to_dataset(plain, _configs().drop(columns="queue_rate"), np.arange(SEEDS), dims=DIMS)
     metrics = run_metrics(ds)
     assert list(metrics.data_vars) == [
         "mean_round_time",
@@ -182,7 +187,7 @@ def test_two_seed_intervals_stay_within_each_metric_bounds(method):
     outputs["selection_count"] = np.repeat(counts[None], CONFIGS, 0).astype(np.int32)
     outputs["accuracy"] = np.repeat([[[0.1, 0.02], [0.1, 0.99]]], CONFIGS, 0)
     outputs["wall_clock"] = np.cumsum(rng.random((CONFIGS, 2, ROUNDS)), -1)
-    ds = to_dataset(outputs, _configs(), seeds=[0, 1])
+    ds = to_dataset(outputs, _configs(), seeds=[0, 1], dims=DIMS)
 
     def extra(d):
         time = d["round_time"].mean("round")
@@ -207,9 +212,21 @@ def test_bounds_are_declared_by_name():
     """Outputs, per-run metrics, curves and their bands carry the bounds they are declared with
     (``Metric``, ``RunMetric``, ``CURVES``, ``ACCURACY_METRICS``); an unknown name has none."""
     assert bounds_of("accuracy") == UNIT_INTERVAL and bounds_of("final_accuracy") == UNIT_INTERVAL
-    assert bounds_of("round_time") == NONNEGATIVE and bounds_of("queue_mean_band") == NONNEGATIVE
+    assert bounds_of("round_time") == NONNEGATIVE
+    # A tracker's outputs, as the runs that keep it declare them (jfl.outputs.Outputs).
+    queue = output_metrics(RbcsfEnv(), trackers=(fairness_queue(),))
+    ds = to_dataset(Outputs({}, queue), _configs(), [0])
+    assert bounds_of("queue_mean_band", ds=ds) == NONNEGATIVE
+    assert bounds_of("queue_mean_band") == UNBOUNDED  # undeclared without them
     assert bounds_of("jain_index") == UNIT_INTERVAL and bounds_of("pull_record") == NONNEGATIVE
-    assert bounds_of("utility") == NONNEGATIVE and bounds_of("mean_set_reward") == UNIT_INTERVAL
+    from jfl.envs import HflEnv, WirelessEnv
+
+    for env, name, bounds in [
+        (HflEnv(), "utility", NONNEGATIVE),
+        (WirelessEnv(), "set_reward", UNIT_INTERVAL),
+    ]:
+        ds = to_dataset(Outputs({}, output_metrics(env)), _configs(), [0])
+        assert bounds_of(name, ds=ds) == bounds and bounds_of(f"{name}_band", ds=ds) == bounds
     assert bounds_of("pseudo_regret") == UNBOUNDED and bounds_of("anything") == UNBOUNDED
     assert bounds_of("anything", {"anything": NONNEGATIVE}) == NONNEGATIVE
 
@@ -238,3 +255,24 @@ def test_strict_json_writes_non_finite_numbers_as_strings():
     text = strict_json(value)
     assert "Infinity" not in text and "NaN" not in text
     assert json.loads(text) == {"a": "inf", "b": ["-inf", "nan", 1.5], "c": "2.0", "d": None}
+
+
+def test_bounds_come_from_the_runs_own_declarations():
+    """An environment no registry knows clips its intervals to the ranges it declares, even
+    where a registered environment declares the same name with another range; a dataset
+    without declarations clips only the library's own outputs and metrics, and without dims
+    or declarations nothing is labelled."""
+    from jfl.outputs import Metric
+    from jfl.stats import Bounds
+
+    narrow = {"num_success": Metric((), "successes of a run", Bounds(0.0, 1.0))}  # hfl: ≥ 0
+    values = np.array([[0.05, 0.95, 0.5]])  # [config, seed]: a t interval wider than [0, 1]
+    configs = pd.DataFrame({"policy": ["random"]})
+    ds = to_dataset(Outputs({"num_success": values}, narrow), configs, [0, 1, 2])
+    table = summary_table(ds, ["num_success"])
+    assert table["num_success_lo"][0] == 0.0 and table["num_success_hi"][0] == 1.0
+    bare = to_dataset({"num_success": values}, configs, [0, 1, 2], dims={"num_success": ()})
+    table = summary_table(bare, ["num_success"])
+    assert table["num_success_lo"][0] < 0.0 and table["num_success_hi"][0] > 1.0
+    with pytest.raises(ValueError, match="to_dataset needs the outputs' declarations"):
+        to_dataset({"num_success": values}, configs, [0, 1, 2])

@@ -19,16 +19,9 @@ from jfl import results
 from jfl.envs import Environment, Metric, RbcsfEnv
 from jfl.envs.rbcsf import Feedback
 from jfl.kernels import topk_mask
+from jfl.outputs import CORE_OUTPUTS, output_dims
 from jfl.policies import Policy, Selection, get
-from jfl.runner import (
-    CORE_OUTPUTS,
-    RunOutput,
-    make_batched_run,
-    make_run,
-    output_dims,
-    run_keys,
-    seed_keys,
-)
+from jfl.runner import RunOutput, make_batched_run, make_run, run_keys, seed_keys
 from jfl.sweep import ChunkStore, run_chunked
 from jfl.trackers import fairness_queue
 
@@ -250,7 +243,9 @@ def test_last_unmet_round_matches_numpy_for_rbcsf(setup, with_trajectories):
     np.testing.assert_array_equal(last, _last_unmet_reference(out.selected, hparams["beta"]))
     dims = output_dims(SlowestEnv(), trajectories=True, trackers=QUEUE)
     assert list(out.arrays()) == list(dims)
-    assert out.set_reward is None and out.num_failed is None  # the wireless metrics: none here
+    for name in ("set_reward", "num_failed"):  # the wireless metrics: none here
+        with pytest.raises(AttributeError, match=f"no output '{name}'"):
+            getattr(out, name)
     assert (last[1] == 0).all()  # β = 0 is met from the first round on
     assert last.max() > 0 and last.min() < T  # not a trivial case
 
@@ -466,8 +461,8 @@ def test_a_new_round_metric_is_one_subclass(setup, with_trajectories):
     assert ds["time"].dims == ("config", "seed", "round", "client")
     np.testing.assert_array_equal(ds["time"].to_numpy(), time)
     assert ds.sizes == {"config": num_configs, "seed": SEEDS, "round": T, "client": N}
-    # Without the dims, only the registered environments' outputs are known.
-    with pytest.raises(ValueError, match="unknown output 'num_slow'"):
+    # Without the dims or the declarations, nothing is labelled.
+    with pytest.raises(ValueError, match="needs the outputs' declarations"):
         results.to_dataset(out.arrays(), configs, np.arange(SEEDS))
 
 
@@ -577,15 +572,16 @@ def test_first_nonfinite_round_against_a_loop():
 
 
 def test_run_output_attribute_access():
-    """Extras read as attributes; outputs only other runs record read as None; others raise."""
+    """Extras read as attributes; the runner's optional outputs this run does not record read
+    as None; any other name (another environment's or tracker's output, a typo) raises."""
     core = {name: np.zeros(1) for name in CORE_OUTPUTS}
     out = RunOutput(**core, extras={"set_reward": np.ones(2)})
     np.testing.assert_array_equal(out.set_reward, np.ones(2))
-    assert out.utility is None and out.accuracy is None and out.selected is None
-    with pytest.raises(AttributeError, match="bogus"):
-        out.bogus  # noqa: B018
+    assert out.accuracy is None and out.selected is None
+    for name in ("bogus", "utility", "final_queue"):  # hfl's, the fairness queue's
+        with pytest.raises(AttributeError, match=f"no output '{name}'"):
+            getattr(out, name)
     assert not hasattr(out, "__array__")
-    assert out.final_queue is None  # the fairness queue's, without the tracker
     assert list(out.arrays()) == [*core, "set_reward"]
     leaves, tree = jax.tree.flatten(out)
     assert len(leaves) == 4 and isinstance(jax.tree.unflatten(tree, leaves), RunOutput)

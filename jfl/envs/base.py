@@ -21,34 +21,20 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jfl.stats import UNBOUNDED, Bounds
-
-# Dimensions an output may have after the leading [config, seed] axes.
-ROUND, CLIENT, EVAL = "round", "client", "eval"
+# Outputs' dims and declarations live in jfl.outputs; environments' modules import them here too.
+from jfl.outputs import CLIENT, EVAL, ROUND, Metric  # noqa: F401
 
 
 def client_classes(num_clients: int, num_classes: int) -> np.ndarray:
     """Class of client n: ⌊num_classes·n/N⌋ (equal classes when N divides), for environments
     whose clients come in classes (``rbcsf``'s speeds, ``volatile``'s success rates)."""
     return (np.arange(num_clients) * num_classes) // num_clients
-
-
-class Metric(NamedTuple):
-    """Declaration of one output: its dimensions (after [config, seed]), what it is, the range
-    of its values (``jfl.stats.Bounds``: bands over seeds are clipped to it), and whether NaN
-    is one of them: a value the run does not have (``missing``), which the runner's count of
-    diverged runs then leaves alone (``jfl.runner.first_nonfinite_round``)."""
-
-    dims: tuple[str, ...]
-    doc: str
-    bounds: Bounds = UNBOUNDED
-    missing: bool = False
 
 
 class Environment(abc.ABC):

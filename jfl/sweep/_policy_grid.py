@@ -9,9 +9,10 @@ import numpy as np
 from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
 from jfl.distributed import SINGLE, Layout
+from jfl.outputs import Outputs, learner_outputs, output_metrics
 from jfl.policies import get as get_policy
 from jfl.reduction import make_reducer
-from jfl.runner import learner_outputs, make_batched_run, make_run, output_dims, seed_keys
+from jfl.runner import make_batched_run, make_run, seed_keys
 from jfl.sweep._chunks import group_chunk_size
 from jfl.sweep._directory import ChunkStore
 from jfl.sweep._execution import run_chunked
@@ -29,10 +30,11 @@ class PolicyGrid:
     """A plan's policy groups, checked, with their learners and the dims of the outputs.
 
     Every group is checked when the grid is made (the policy against the environment and its
-    learner's signals), before anything compiles. ``dims`` names each output's axes after
-    [config, seed] (``jfl.runner.output_dims``), for the plan's environment, learner and
-    trackers; ``exact`` says whether every chunk must be computed at exactly the chunk size (a
-    learner that is not batch invariant: ``jfl.sweep.chunk_size``).
+    learner's signals), before anything compiles. ``metrics`` declares every output of the runs
+    (``jfl.outputs.output_metrics``: from the plan's own environment, learner and trackers),
+    ``dims`` names each one's axes after [config, seed]; ``exact`` says whether every chunk
+    must be computed at exactly the chunk size (a learner that is not batch invariant:
+    ``jfl.sweep.chunk_size``).
     """
 
     def __init__(self, plan: Plan, trajectories: bool = False):
@@ -45,9 +47,10 @@ class PolicyGrid:
             if len({tuple(learner_outputs(g)) for g in self.learners}) > 1:
                 raise ValueError("the policies' learners evaluate different quantities")
         first = False if plan.learner is None else self.learners[0]
-        self.dims = output_dims(
+        self.metrics = output_metrics(
             plan.env, learner=first, trajectories=trajectories, trackers=plan.trackers
         )
+        self.dims = {name: tuple(metric.dims) for name, metric in self.metrics.items()}
         self.exact = plan.learner is not None and not self.learners[0].batch_invariant
 
     def _checked_learner(self, group: Group):
@@ -73,8 +76,9 @@ class PolicyGrid:
         layout: Layout = SINGLE,
         on_device: bool = False,
         per_run: tuple[str, ...] = (),
-    ) -> dict[str, np.ndarray]:
-        """Every configuration over ``seeds``: outputs with axes [config, seed, ...].
+    ) -> Outputs:
+        """Every configuration over ``seeds``: outputs with axes [config, seed, ...], and the
+        runs' declarations of them (``Outputs.metrics``).
 
         ``on_device``: the runs are reduced on the device (``jfl.reduction``): the outputs are
         the per-run metrics [config, seed] and the bands over seeds [config, ...] that
@@ -125,9 +129,9 @@ class PolicyGrid:
                 )
         finally:
             bar.close()
-        if len(outputs) == 1:
-            return outputs[0]
-        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+        if len(outputs) > 1:
+            outputs = [{k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}]
+        return Outputs(outputs[0], self.metrics)
 
     def _reducer(self, rounds: int, per_run: tuple[str, ...]):
         rates = [t.hparams[0] for t in self.plan.trackers if "final_queue" in t.outputs]
@@ -157,9 +161,10 @@ def run_policy_grid(
     chunk_size: int,
     trajectories: bool = False,
     **options,
-) -> dict[str, np.ndarray]:
+) -> Outputs:
     """Run every configuration of ``plan.configs`` over ``seeds``: outputs with axes
-    [config, seed, ...] (``PolicyGrid.run``'s ``options``: ``base_seed``, ``store``,
+    [config, seed, ...], declared by the runs' own environment, learner and trackers
+    (``jfl.outputs.Outputs``; ``PolicyGrid.run``'s ``options``: ``base_seed``, ``store``,
     ``show_progress``, ``layout``, ``on_device``, ``per_run``).
 
     One compiled program per policy and selection size (``plan.selection_size``: an int, or the

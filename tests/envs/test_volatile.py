@@ -12,7 +12,7 @@ import pytest
 
 from jfl.envs import ENVIRONMENTS, VolatileEnv, WirelessEnv
 from jfl.envs import volatile as volatile_env
-from jfl.runner import output_dims
+from jfl.outputs import output_dims
 
 CLASS_SIZE = 1000
 RATES = (0.1, 0.3, 0.6, 0.9)

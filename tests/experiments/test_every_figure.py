@@ -73,7 +73,9 @@ def runs(configs: pd.DataFrame, clients: int, outputs=(), seed=0, trajectories=F
         arrays[name] = np.cumsum(values, -1) if name == "wall_clock" else values
     if trajectories:
         arrays["selected"] = selected
-    return results.to_dataset(arrays, configs, np.arange(SEEDS))
+    dims = {"round_time": ("round",), "num_selected": ("round",), "selection_count": ("client",)}
+    dims.update({"nonfinite_round": (), **dict(outputs), "selected": ("round", "client")})
+    return results.to_dataset(arrays, configs, np.arange(SEEDS), dims=dims)
 
 
 def summarised(config, ds) -> tuple:

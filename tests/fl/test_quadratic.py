@@ -25,9 +25,10 @@ from jfl.fl.quadratic import (
     make_instance,
     make_quadratic_learner,
 )
+from jfl.outputs import output_dims
 from jfl.policies import Policy, Selection, get
 from jfl.reference import numpy_quadratic as ref
-from jfl.runner import make_run, output_dims
+from jfl.runner import make_run
 from jfl.stats import NONNEGATIVE
 
 N, D, STEPS, LR = 6, 3, 3, 0.01
