@@ -23,12 +23,6 @@ from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
-from jfl.experiments.cs_ucb import (
-    Fairness,
-    FairnessPreset,
-    WirelessScenario,
-    regret_metrics,
-)
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
@@ -36,6 +30,7 @@ from jfl.experiments.training import (
     Training,
     write_figures,
 )
+from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
@@ -237,9 +232,6 @@ class FlCsUcbIdeal(WirelessScenario):
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
         )
 
-    def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
-
     def figures(self, ds, summary, folder) -> None:
         write_figures(ds, folder, self.title, method=self.ci)
 
@@ -346,9 +338,6 @@ class FlCsUcbQ(WirelessScenario):
         return self.training.federated_plan(
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
         )
-
-    def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
 
     def figures(self, ds, summary, folder) -> None:
         write_figures(ds, folder, self.title, method=self.ci)
