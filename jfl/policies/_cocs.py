@@ -39,18 +39,8 @@ import jax
 import jax.numpy as jnp
 
 from jfl.kernels.assignment import budgeted_assignment, cardinality_assignment
-from jfl.policies._cocs_baselines import (
-    check_observation,
-    cucb,
-    cucb_pairs,
-    linucb,
-    linucb_pairs,
-    oracle,
-    oracle_context,
-    oracle_state,
-    pair_tiebreak,
-    random_budget,
-)
+from jfl.policies import _cocs_baselines as baselines
+from jfl.policies._cocs_baselines import check_observation, pair_tiebreak
 from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 
@@ -213,56 +203,56 @@ for _name, _build, _hparams, _description, _requires in (
     ),
     (
         "oracle",
-        oracle,
+        baselines.oracle,
         {},
         "knows which pairs succeed this round and selects the most of them (Qu et al. §VI-B)",
         (*_HFL, "success_now"),
     ),
     (
         "oracle_context",
-        oracle_context,
+        baselines.oracle_context,
         {},
         "knows p(φ) = E[X | context] and maximises its sum (Qu et al. §IV-A)",
         (*_HFL, "success_prob_context"),
     ),
     (
         "oracle_state",
-        oracle_state,
+        baselines.oracle_state,
         {},
         "knows P(X | all but the uplink fading) and maximises its sum (not the paper's)",
         (*_HFL, "success_prob"),
     ),
     (
         "cucb",
-        cucb,
+        baselines.cucb,
         {},
         "UCB over whole feasible decisions, untried first (Qu et al. §VI-B)",
         _HFL,
     ),
     (
         "cucb_pairs",
-        cucb_pairs,
+        baselines.cucb_pairs,
         {},
         "per-pair UCB on success, no context (not the paper's CUCB)",
         _HFL,
     ),
     (
         "linucb",
-        linucb,
+        baselines.linucb,
         _LINUCB_HPARAMS,
         "one shared ridge model of a pair's success on its context, UCB (Qu et al. §VI-B)",
         (*_HFL, "context"),
     ),
     (
         "linucb_pairs",
-        linucb_pairs,
+        baselines.linucb_pairs,
         _LINUCB_HPARAMS,
         "one ridge model per pair, UCB (not the paper's LinUCB)",
         (*_HFL, "context"),
     ),
     (
         "random_budget",
-        random_budget,
+        baselines.random_budget,
         {},
         "clients in random order, each to a random covering ES it can afford (Qu et al. §VI-B)",
         _HFL,

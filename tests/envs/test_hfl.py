@@ -19,6 +19,7 @@ from jfl.envs.hfl import (
     PRESETS,
     HflEnv,
     HflState,
+    Observation,
     download_rate,
     make_params,
     pair_times,
@@ -506,15 +507,9 @@ def test_step_feedback_matches_reference():
     assert list(metrics) == list(ENV.round_metrics) == ["utility", "num_success"]
     assert float(metrics["utility"]) == float(one.utility)
     assert int(metrics["num_success"]) == int(one.num_success)
-    assert set(ENV.provides) == set(fb._fields) | {
-        "available_pairs",  # the observation's `available`, per (client, ES) pair
-        "context",
-        "cost",
-        "budget",
-        "success_prob",
-        "success_now",
-        "success_prob_context",
-    }
+    # The observation's `available` is provided as `available_pairs`: per (client, ES) pair.
+    pairs = set(Observation._fields) - {"available"} | {"available_pairs"}
+    assert set(ENV.provides) == set(fb._fields) | pairs
 
 
 def test_selection_out_of_coverage_fails():
