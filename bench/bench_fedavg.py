@@ -43,7 +43,6 @@ anywhere; docs/benchmarks.md records a table from this script.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -53,13 +52,14 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rbcsf import best_time, machine
+from bench_rbcsf import bench_parser, best_time, machine
 
 from jfl.envs import RbcsfEnv
 from jfl.fl import federated_data, load_dataset, make_learner, make_model, make_partition
 from jfl.fl.data import Dataset
+from jfl.fl.local import local_sgd
 from jfl.fl.models import num_parameters
-from jfl.fl.train import local_sgd, pixels, weighted_average
+from jfl.fl.train import pixels, weighted_average
 from jfl.policies import get
 from jfl.runner import make_batched_run, make_run, seed_keys
 
@@ -413,8 +413,7 @@ def benchmarks_section(quick: bool, accelerator: bool) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and repeats")
+    parser = bench_parser(__doc__, "fewer rounds and repeats")
     parser.add_argument("--configs", type=int, default=64, help="configurations in the grid")
     parser.add_argument(
         "--accelerator",
@@ -428,21 +427,18 @@ def main(argv=None) -> int:
         help="only the papers' benchmark shapes (5: FEMNIST by writer, ResNet-18-GN on CIFAR)",
     )
     args = parser.parse_args(argv)
+    print(f"machine: {machine()}")
     if args.benchmarks:
-        print(f"machine: {machine()}")
         benchmarks_section(args.quick, args.accelerator)
         return 0
     if args.signals:
-        print(f"machine: {machine()}")
         signals_section(2 if args.quick else 5)
         return 0
     if args.accelerator:
-        print(f"machine: {machine()}")
         accelerator_section(args.quick)
         return 0
     repeats = 2 if args.quick else 5
 
-    print(f"machine: {machine()}")
     print(
         f"\n1. one FedAvg round, {SELECTED} selected clients, E={EPOCHS}, batch {BATCH} "
         f"(digits, {NUM_CLIENTS} IID clients)"

@@ -438,9 +438,16 @@ def memory_section(quick: bool) -> None:
         )
 
 
+def bench_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: described by its docstring ``doc``'s first line, with the
+    ``--quick`` flag (``quick``: what it makes smaller)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    return parser
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small batches and sizes")
+    parser = bench_parser(__doc__, "small batches and sizes")
     parser.add_argument("--memory", action="store_true", help="peak memory of whole sweeps")
     parser.add_argument("--numpy-seeds", type=int, default=4, help="seeds timed for NumPy")
     parser.add_argument(

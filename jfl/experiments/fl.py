@@ -23,19 +23,14 @@ from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
-from jfl.experiments.cs_ucb import (
-    Fairness,
-    FairnessPreset,
-    WirelessScenario,
-    regret_metrics,
-)
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
+    FederatedExperiment,
     FederatedTraining,
     Training,
-    write_figures,
 )
+from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
@@ -75,7 +70,7 @@ def rbcsf_federated_plan(scenario: RbcsfScenario, configs, dataset, partitions) 
 
 
 @dataclasses.dataclass(frozen=True)
-class FlRbcsf(RbcsfScenario):
+class FlRbcsf(FederatedExperiment, RbcsfScenario):
     """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
 
     The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
@@ -103,8 +98,8 @@ class FlRbcsf(RbcsfScenario):
     out: str = "runs/fl_rbcsf"
 
     name: ClassVar[str] = "fl_rbcsf"
-    trains: ClassVar[bool] = True
     title: ClassVar[str] = "RBCS-F §6.2"
+    figure_columns: ClassVar[tuple[str, ...]] = ("gamma1", "learning_rate")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy gamma1 learning_rate V gamma2".split(),
         *ACCURACY_COLUMNS,
@@ -170,12 +165,9 @@ class FlRbcsf(RbcsfScenario):
         data = {**plan.metadata["data"], "samples_per_client": spc}
         return dataclasses.replace(plan, metadata={**plan.metadata, "data": data})
 
-    def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title, ("gamma1", "learning_rate"), method=self.ci)
-
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbIdeal(WirelessScenario):
+class FlCsUcbIdeal(FederatedExperiment, WirelessScenario):
     """Federated training with CS-UCB and its baselines choosing the clients (Xia Fig. 2).
 
     The ideal scenario of §V-B: K = 20 always-available clients in a 500 m disc (a fresh layout
@@ -211,7 +203,6 @@ class FlCsUcbIdeal(WirelessScenario):
     out: str = "runs/fl_cs_ucb"
 
     name: ClassVar[str] = "fl_cs_ucb"
-    trains: ClassVar[bool] = True
     title: ClassVar[str] = "CS-UCB (Xia Fig. 2)"
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy learning_rate failed_clients".split(),
@@ -225,10 +216,8 @@ class FlCsUcbIdeal(WirelessScenario):
 
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
-        from jfl.sweep import config_table
 
-        configs = config_table(self.policies, {}, shared=self.training.columns())
-        configs = self.training.with_aggregation(configs)
+        configs = self.training.config_table(self.policies, {})
         dataset = self.training.load_data()
         partition = self.training.partition("iid", dataset.y_train, self.clients)
         params = self.wireless_params(availability=1.0)
@@ -237,15 +226,9 @@ class FlCsUcbIdeal(WirelessScenario):
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
         )
 
-    def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
-
-    def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title, method=self.ci)
-
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbQ(WirelessScenario):
+class FlCsUcbQ(FederatedExperiment, WirelessScenario):
     """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
 
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
@@ -282,7 +265,6 @@ class FlCsUcbQ(WirelessScenario):
     out: str = "runs/fl_cs_ucb_q"
 
     name: ClassVar[str] = "fl_cs_ucb_q"
-    trains: ClassVar[bool] = True
     title: ClassVar[str] = "CS-UCB-Q (Xia Fig. 6)"
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy beta learning_rate min_selection_rate max_rate_violation".split(),
@@ -300,12 +282,8 @@ class FlCsUcbQ(WirelessScenario):
     def plan(self) -> Plan:
         from jfl.envs.wireless import WirelessEnv
         from jfl.experiments.regret import check_fairness
-        from jfl.sweep import config_table
 
-        configs = config_table(
-            self.policies, {"beta": list(self.beta)}, shared=self.training.columns()
-        )
-        configs = self.training.with_aggregation(configs)
+        configs = self.training.config_table(self.policies, {"beta": list(self.beta)})
         dataset = self.training.load_data()
         partition = self.training.partition(
             "heterogeneous",
@@ -347,15 +325,9 @@ class FlCsUcbQ(WirelessScenario):
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
         )
 
-    def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
-
-    def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title, method=self.ci)
-
 
 @dataclasses.dataclass(frozen=True)
-class FlCocs(HflScenario):
+class FlCocs(FederatedExperiment, HflScenario):
     """Hierarchical federated training with COCS and its baselines choosing the clients (Qu
     Table II and Fig. 4a).
 
@@ -381,7 +353,6 @@ class FlCocs(HflScenario):
     out: str = "runs/fl_cocs"
 
     name: ClassVar[str] = "fl_cocs"
-    trains: ClassVar[bool] = True
     title: ClassVar[str] = "COCS (Qu Fig. 4a)"
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy budget deadline learning_rate success_per_round".split(),
@@ -395,11 +366,8 @@ class FlCocs(HflScenario):
         self.training.check(self.rounds)
 
     def plan(self) -> Plan:
-        from jfl.sweep import config_table
-
         scenario = self.scenario()
-        configs = config_table(self.policies, {}, shared={**scenario, **self.training.columns()})
-        configs = self.training.with_aggregation(configs)
+        configs = self.training.config_table(self.policies, {}, shared=scenario)
         env, params = self.environment_params()
         dataset = self.training.load_data()
         partition = self.training.partition(
@@ -424,9 +392,6 @@ class FlCocs(HflScenario):
             num_servers=self.servers,
             global_every=self.global_every,
         )
-
-    def figures(self, ds, summary, folder) -> None:
-        write_figures(ds, folder, self.title, method=self.ci)
 
 
 def max_selected(params, budget: float) -> int:

@@ -321,6 +321,77 @@ def _enumerate_sets(patterns: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarra
     return sets[order], owner[order]
 
 
+def _check_lp_size(mu: np.ndarray, a: np.ndarray, n: int, k_total: int, max_variables) -> None:
+    """``ValueError`` for a bad ``mu`` or ``max_variables``, or an LP (23) with more variables
+    than ``max_variables``, counted before anything is enumerated."""
+    if mu.shape != (k_total,) or not np.all(np.isfinite(mu)):
+        raise ValueError(f"mu must be a finite 1-D array of length K={k_total}, got {mu.shape}")
+    if np.any((mu < 0) | (mu > 1)):
+        raise ValueError(f"mu must be in [0, 1] (normalised rewards), got {mu.tolist()}")
+    if isinstance(max_variables, bool) or not isinstance(max_variables, int | np.integer):
+        raise ValueError(f"max_variables must be an integer, got {max_variables!r}")
+
+    num_vars = _count_variables(a, n)
+    if num_vars > max_variables:
+        raise ValueError(
+            f"K={k_total} is too large for the enumeration of the A-only LP (23): with N={n} and "
+            f"this availability it has {num_vars} variables (one per availability pattern and "
+            f"super arm), above max_variables={max_variables}"
+        )
+
+
+def _solve_joint(
+    set_reward: np.ndarray,
+    sets: np.ndarray,
+    set_pattern: np.ndarray,
+    pattern_prob: np.ndarray,
+    c: np.ndarray,
+) -> np.ndarray:
+    """HiGHS's optimum of LP (23) in the joint probabilities ``x_S(e) = P(e) q_S(e)``."""
+    num_patterns, num_vars = pattern_prob.shape[0], sets.shape[0]
+    k_total = sets.shape[1]
+    var_idx = np.arange(num_vars)
+    a_eq = sparse.csr_array(
+        (np.ones(num_vars), (set_pattern, var_idx)), shape=(num_patterns, num_vars)
+    )
+    member_var, member_client = np.nonzero(sets)
+    # linprog wants A_ub x <= b_ub, so E[b_k] >= c_k is written as -E[b_k] <= -c_k.
+    a_ub = sparse.csr_array(
+        (-np.ones(member_var.size), (member_client, member_var)), shape=(k_total, num_vars)
+    )
+    res = linprog(
+        -set_reward,
+        A_ub=a_ub,
+        b_ub=-c,
+        A_eq=a_eq,
+        b_eq=pattern_prob,
+        bounds=(0, None),
+        method="highs-ipm",
+    )
+    if res.status == 2:
+        raise ValueError(
+            f"fairness is infeasible: HiGHS found no A-only policy with E[b_k] >= c_k "
+            f"({res.message})"
+        )
+    if res.status != 0:
+        raise RuntimeError(f"HiGHS failed on the A-only LP (23): {res.message}")
+    return res.x
+
+
+def _per_pattern_policy(x: np.ndarray, set_pattern: np.ndarray, num_patterns: int) -> np.ndarray:
+    """``q*``: the joint solution ``x`` as a distribution over ``Q(e)`` within each pattern."""
+    # Solver round-off can leave tiny negatives, and HiGHS's absolute feasibility tolerance (1e-7)
+    # can leave the mass of very rare patterns loose; renormalising per pattern makes q an exact
+    # distribution in each pattern and moves r* and E[b] by at most that tolerance.  A pattern
+    # left with no mass at all gets the uniform distribution over Q(e).
+    x = np.clip(x, 0.0, None)
+    per_pattern = np.bincount(set_pattern, weights=x, minlength=num_patterns)
+    empty = per_pattern <= 0
+    x = np.where(empty[set_pattern], 1.0, x)
+    per_pattern = np.bincount(set_pattern, weights=x, minlength=num_patterns)
+    return x / per_pattern[set_pattern]
+
+
 def availability_lp(
     mu: npt.ArrayLike,
     availability: npt.ArrayLike,
@@ -372,65 +443,15 @@ def availability_lp(
     c = np.asarray(fairness, dtype=float)
     check_fairness(c, a, num_channels)
     n = int(num_channels)
-    k_total = c.size
-    if mu.shape != (k_total,) or not np.all(np.isfinite(mu)):
-        raise ValueError(f"mu must be a finite 1-D array of length K={k_total}, got {mu.shape}")
-    if np.any((mu < 0) | (mu > 1)):
-        raise ValueError(f"mu must be in [0, 1] (normalised rewards), got {mu.tolist()}")
-    if isinstance(max_variables, bool) or not isinstance(max_variables, int | np.integer):
-        raise ValueError(f"max_variables must be an integer, got {max_variables!r}")
-
-    num_vars = _count_variables(a, n)
-    if num_vars > max_variables:
-        raise ValueError(
-            f"K={k_total} is too large for the enumeration of the A-only LP (23): with N={n} and "
-            f"this availability it has {num_vars} variables (one per availability pattern and "
-            f"super arm), above max_variables={max_variables}"
-        )
+    _check_lp_size(mu, a, n, c.size, max_variables)
 
     patterns, pattern_prob = _enumerate_patterns(a)
     sets, set_pattern = _enumerate_sets(patterns, n)
-    num_patterns, num_vars = patterns.shape[0], sets.shape[0]
-
     set_reward = np.where(sets, mu, np.inf).min(axis=1)
     set_reward[~sets.any(axis=1)] = 0.0  # mu(∅) = 0
 
-    var_idx = np.arange(num_vars)
-    a_eq = sparse.csr_array(
-        (np.ones(num_vars), (set_pattern, var_idx)), shape=(num_patterns, num_vars)
-    )
-    member_var, member_client = np.nonzero(sets)
-    # linprog wants A_ub x <= b_ub, so E[b_k] >= c_k is written as -E[b_k] <= -c_k.
-    a_ub = sparse.csr_array(
-        (-np.ones(member_var.size), (member_client, member_var)), shape=(k_total, num_vars)
-    )
-    res = linprog(
-        -set_reward,
-        A_ub=a_ub,
-        b_ub=-c,
-        A_eq=a_eq,
-        b_eq=pattern_prob,
-        bounds=(0, None),
-        method="highs-ipm",
-    )
-    if res.status == 2:
-        raise ValueError(
-            f"fairness is infeasible: HiGHS found no A-only policy with E[b_k] >= c_k "
-            f"({res.message})"
-        )
-    if res.status != 0:
-        raise RuntimeError(f"HiGHS failed on the A-only LP (23): {res.message}")
-
-    # Solver round-off can leave tiny negatives, and HiGHS's absolute feasibility tolerance (1e-7)
-    # can leave the mass of very rare patterns loose; renormalising per pattern makes q an exact
-    # distribution in each pattern and moves r* and E[b] by at most that tolerance.  A pattern
-    # left with no mass at all gets the uniform distribution over Q(e).
-    x = np.clip(res.x, 0.0, None)
-    per_pattern = np.bincount(set_pattern, weights=x, minlength=num_patterns)
-    empty = per_pattern <= 0
-    x = np.where(empty[set_pattern], 1.0, x)
-    per_pattern = np.bincount(set_pattern, weights=x, minlength=num_patterns)
-    q = x / per_pattern[set_pattern]
+    x = _solve_joint(set_reward, sets, set_pattern, pattern_prob, c)
+    q = _per_pattern_policy(x, set_pattern, patterns.shape[0])
     joint = pattern_prob[set_pattern] * q
     return AvailabilityLP(
         r_star=float(joint @ set_reward),

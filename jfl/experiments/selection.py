@@ -25,9 +25,9 @@ from jfl.experiments.fl import rbcsf_federated_plan
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
+    FederatedExperiment,
     FederatedTraining,
     Training,
-    write_figures,
 )
 from jfl.stats import NONNEGATIVE, Bounds
 
@@ -72,7 +72,7 @@ SELECTION_TRAINING = FederatedTraining(lr=(0.3,), eval_every=5, target_accuracy=
 
 
 @dataclasses.dataclass(frozen=True)
-class FlSelection(RbcsfScenario):
+class FlSelection(FederatedExperiment, RbcsfScenario):
     """Every client-selection method on one federated task, with bands over seeds.
 
     N = 100 clients of the ``rbcsf`` latency environment (four speed classes, 80% available a
@@ -138,8 +138,9 @@ class FlSelection(RbcsfScenario):
 
     name: ClassVar[str] = "fl_selection"
     metric_bounds: ClassVar[Mapping[str, Bounds]] = {"final_test_loss": NONNEGATIVE}
-    trains: ClassVar[bool] = True
     title: ClassVar[str] = "Client selection methods"
+    figure_columns: ClassVar[tuple[str, ...]] = ("split", "learning_rate")
+    figure_variables: ClassVar[tuple[str, ...]] = ("accuracy", "test_loss")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy aggregation split d sigma V".split(),
         *ACCURACY_COLUMNS,
@@ -263,10 +264,6 @@ class FlSelection(RbcsfScenario):
     def metrics(self, ds) -> dict:
         """The test loss at the last evaluation, per run."""
         return {"final_test_loss": ds["test_loss"].isel(eval=-1).drop_vars("eval")}
-
-    def figures(self, ds, summary, folder) -> None:
-        for variable in ("accuracy", "test_loss"):
-            write_figures(ds, folder, self.title, ("split", "learning_rate"), self.ci, variable)
 
 
 def _setting(name: str, training: dict, **fields) -> FlSelection:

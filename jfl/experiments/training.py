@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import numpy as np
 import tyro
@@ -31,15 +31,10 @@ from jfl.fl.train import AGGREGATIONS, bytes_per_fl_run, model_footprint
 # writer sample, streams apart from the partitions'.
 WRITERS_STREAM = 0x3A17E5
 
-ACCURACY_COLUMNS = (
-    "n_seeds",
-    "final_accuracy",
-    "final_accuracy_lo",
-    "final_accuracy_hi",
-    "rounds_to_accuracy",
-    "time_to_accuracy",
-    "reached_accuracy",
-    "mean_round_time",
+# The summary columns every federated experiment ends with.
+ACCURACY_COLUMNS = tuple(
+    "n_seeds final_accuracy final_accuracy_lo final_accuracy_hi rounds_to_accuracy "
+    "time_to_accuracy reached_accuracy mean_round_time".split()
 )
 
 
@@ -125,6 +120,14 @@ class FederatedTraining:
         (``config_table``'s ``shared``): the partition index and the learning rate."""
         return {"partition": list(range(partitions)), "learning_rate": list(self.lr)}
 
+    def config_table(self, policies, swept, shared=None):
+        """``jfl.sweep.config_table`` with the training scenario's columns (one partition) after
+        ``shared``'s, then :meth:`with_aggregation`."""
+        from jfl.sweep import config_table
+
+        table = config_table(policies, swept, shared={**(shared or {}), **self.columns()})
+        return self.with_aggregation(table)
+
     def with_aggregation(self, configs):
         """``configs`` with an ``aggregation`` column, each row once per ``--aggregation``
         resolved for its policy: ``paper`` is the policy's authors' protocol
@@ -204,10 +207,7 @@ class FederatedTraining:
         # otherwise fail inside flax's initialiser, with no word of the model or the padding.
         check_input_shape(model, sample_shape, dataset.name)
         num_params, activations = model_footprint(model, sample_shape)
-        size = plan.selection_size
-        sizes = configs[size] if isinstance(size, str) else np.full(len(configs), size)
-        policy_sizes = zip(configs["policy"], np.asarray(sizes, int), strict=True)
-        largest = max(slots(policy, int(n)) for policy, n in policy_sizes)
+        largest = most_selected(plan, slots)
         data = federated_data(dataset, partitions)
         # Logistic regression has no padding to record.
         padding = {"padding": self.padding} if isinstance(model, CNN) else {}
@@ -259,17 +259,32 @@ class FederatedTraining:
             metadata={
                 **plan.metadata,
                 "model": {"name": self.model, "parameters": num_params, **padding},
-                "data": {
-                    "name": dataset.name,
-                    "source": dataset.source,
-                    "device_bytes": data_bytes(data),
-                    "train": int(dataset.y_train.shape[0]),
-                    "test": int(dataset.y_test.shape[0]),
-                    "clients_samples_min": int(np.min(data.count)),
-                    "clients_samples_max": int(np.max(data.count)),
-                },
+                "data": data_metadata(dataset, data),
             },
         )
+
+
+def most_selected(plan, slots: Callable[[str, int], int]) -> int:
+    """The most clients any configuration of ``plan`` can select in a round (``slots(policy,
+    size)`` of its policy and selection size): the learner's slots the memory estimate counts."""
+    configs, size = plan.configs, plan.selection_size
+    sizes = configs[size] if isinstance(size, str) else np.full(len(configs), size)
+    policy_sizes = zip(configs["policy"], np.asarray(sizes, int), strict=True)
+    return max(slots(policy, int(n)) for policy, n in policy_sizes)
+
+
+def data_metadata(dataset: Dataset, data) -> dict:
+    """``metadata.json``'s ``data``: the dataset, its bytes on the device and the clients'
+    smallest and largest sample counts."""
+    return {
+        "name": dataset.name,
+        "source": dataset.source,
+        "device_bytes": data_bytes(data),
+        "train": int(dataset.y_train.shape[0]),
+        "test": int(dataset.y_test.shape[0]),
+        "clients_samples_min": int(np.min(data.count)),
+        "clients_samples_max": int(np.max(data.count)),
+    }
 
 
 def data_bytes(data) -> int:
@@ -287,6 +302,25 @@ def aggregation_codes(names) -> np.ndarray:
 # An experiment's field of training settings; its flags carry no prefix (``--lr``, not
 # ``--training.lr``).
 Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
+
+
+class FederatedExperiment:
+    """What every federated experiment (``sweeps/fl_*.py``) shares: its policies may read the
+    learner's signals (``trains``), and its figures are :func:`write_figures`' curves of each of
+    ``figure_variables``, one figure per scenario of ``figure_columns``, titled with ``title``.
+
+    A mixin before the experiment's scenario class (``class FlX(FederatedExperiment,
+    Scenario)``); it declares no field, so the flags keep their order.
+    """
+
+    trains: ClassVar[bool] = True
+    title: ClassVar[str] = ""
+    figure_columns: ClassVar[tuple[str, ...]] = ("learning_rate",)
+    figure_variables: ClassVar[tuple[str, ...]] = ("accuracy",)
+
+    def figures(self, ds, summary, folder) -> None:
+        for variable in self.figure_variables:
+            write_figures(ds, folder, self.title, self.figure_columns, self.ci, variable)
 
 
 def write_figures(

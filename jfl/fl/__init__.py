@@ -7,6 +7,8 @@
   per writer), two labels per client, the CS-UCB-Q split;
 * ``jfl.fl.models`` — logistic regression, the papers' CNNs and MLP, LEAF's CNN and ResNet-18 with
   GroupNorm (Flax linen);
+* ``jfl.fl.local`` — what a client computes on its own samples: local SGD and the per-client
+  signals that policies read;
 * ``jfl.fl.train`` — local SGD vmapped over the selected clients, FedAvg and its hierarchical
   variant, as a ``Learner`` that ``jfl.runner.make_run(..., learner=...)`` drives.
 
@@ -21,6 +23,7 @@ from jfl.fl.data import (
     sample_groups,
     split_by_group,
 )
+from jfl.fl.local import FederatedData, local_sgd
 from jfl.fl.models import MODELS, init_params, make_model
 from jfl.fl.partition import (
     PARTITIONS,
@@ -30,7 +33,7 @@ from jfl.fl.partition import (
     make_partition,
     stack_clients,
 )
-from jfl.fl.train import FederatedData, Learner, local_sgd, make_learner, weighted_average
+from jfl.fl.train import Learner, make_learner, weighted_average
 
 __all__ = [
     "DATASETS",

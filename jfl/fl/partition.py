@@ -33,7 +33,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from jfl.fl.data import Dataset
-    from jfl.fl.train import FederatedData
+    from jfl.fl.local import FederatedData
 
 
 class Partition(NamedTuple):
@@ -83,14 +83,25 @@ def _checked_classes(labels, num_clients) -> tuple[np.ndarray, int, np.ndarray]:
     return labels, num_clients, np.unique(labels)
 
 
-def _check_samples_per_client(samples_per_client, num_clients: int, n: int) -> int:
+def _check_per_client(name: str, value, num_clients: int, n: int, why: str = "") -> int:
+    """``value`` of the option ``name``, an integer in [1, n // num_clients] (``why``: what else
+    bounds it, for the error)."""
     high = n // num_clients
-    if not _is_int(samples_per_client) or not 1 <= samples_per_client <= high:
+    if not _is_int(value) or not 1 <= value <= high:
         raise ValueError(
-            f"samples_per_client must be an integer in [1, n // num_clients] = [1, {high}] "
-            f"(num_clients · samples_per_client <= n = {n}), got {samples_per_client!r}"
+            f"{name} must be an integer in [1, n // num_clients] = [1, {high}] "
+            f"(num_clients · {name} <= n = {n}{why}), got {value!r}"
         )
-    return int(samples_per_client)
+    return int(value)
+
+
+def _check_concentration(concentration) -> None:
+    if not (
+        isinstance(concentration, int | float | np.integer | np.floating)
+        and math.isfinite(concentration)
+        and concentration > 0
+    ):
+        raise ValueError(f"concentration must be in (0, inf), got {concentration!r}")
 
 
 def _check_int(name: str, value, low: int, high: int | None = None) -> int:
@@ -133,11 +144,13 @@ def _split_classes(labels, classes, holders, num_clients, rng) -> list[list[np.n
 
 def _gather(parts: list[list[np.ndarray]], rng) -> Partition:
     """Concatenate and shuffle each client's shares (the classes interleaved)."""
-    clients = []
-    for own in parts:
-        merged = np.concatenate(own) if own else np.zeros(0, np.int64)
-        clients.append(rng.permutation(merged))
-    return _pack(clients)
+    return _pack([_shuffled(own, rng) for own in parts])
+
+
+def _shuffled(shares: list[np.ndarray], rng) -> np.ndarray:
+    """One client's index arrays concatenated, in a random order."""
+    merged = np.concatenate(shares) if shares else np.zeros(0, np.int64)
+    return rng.permutation(merged)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +171,7 @@ def iid(labels, num_clients: int, rng: np.random.Generator, samples_per_client=N
         sizes = np.full(num_clients, n // num_clients)
         sizes[: n % num_clients] += 1
     else:
-        spc = _check_samples_per_client(samples_per_client, num_clients, n)
+        spc = _check_per_client("samples_per_client", samples_per_client, num_clients, n)
         sizes = np.full(num_clients, spc)
     perm = rng.permutation(n)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
@@ -190,16 +203,11 @@ def dirichlet(
     labels = _check_labels(labels)
     n = labels.size
     num_clients = _check_num_clients(num_clients, n)
-    if not (
-        isinstance(concentration, int | float | np.integer | np.floating)
-        and math.isfinite(concentration)
-        and concentration > 0
-    ):
-        raise ValueError(f"concentration must be in (0, inf), got {concentration!r}")
+    _check_concentration(concentration)
     if samples_per_client is None:
         s = n // num_clients
     else:
-        s = _check_samples_per_client(samples_per_client, num_clients, n)
+        s = _check_per_client("samples_per_client", samples_per_client, num_clients, n)
     num_classes = int(labels.max()) + 1
     pools = [rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)]
     left = np.array([len(p) for p in pools], np.int64)  # samples not yet used, per class
@@ -223,8 +231,7 @@ def dirichlet(
             start = len(pools[c]) - left[c]
             mine.append(pools[c][start : start + take[c]])
         left -= take
-        merged = np.concatenate(mine) if mine else np.zeros(0, np.int64)
-        clients.append(rng.permutation(merged))
+        clients.append(_shuffled(mine, rng))
     return _pack(clients)
 
 
@@ -339,12 +346,7 @@ def dirichlet_by_class(
     labels = _check_labels(labels)
     n = labels.size
     num_clients = _check_num_clients(num_clients, n)
-    if not (
-        isinstance(concentration, int | float | np.integer | np.floating)
-        and math.isfinite(concentration)
-        and concentration > 0
-    ):
-        raise ValueError(f"concentration must be in (0, inf), got {concentration!r}")
+    _check_concentration(concentration)
     min_samples = _check_min_samples(min_samples, num_clients, n)
     classes = [np.flatnonzero(labels == c) for c in np.unique(labels)]
     alpha = np.full(num_clients, float(concentration))
@@ -376,17 +378,6 @@ def dirichlet_by_class(
         for client, piece in enumerate(np.split(pool, cuts)):
             parts[client].append(piece)
     return _gather(parts, rng)
-
-
-def _check_shards_per_client(shards_per_client, num_clients: int, n: int) -> int:
-    high = n // num_clients
-    if not _is_int(shards_per_client) or not 1 <= shards_per_client <= high:
-        raise ValueError(
-            f"shards_per_client must be an integer in [1, n // num_clients] = [1, {high}] "
-            f"(num_clients · shards_per_client <= n = {n}, a shard holds at least one sample), "
-            f"got {shards_per_client!r}"
-        )
-    return int(shards_per_client)
 
 
 def shards(
@@ -427,7 +418,8 @@ def shards(
     labels = _check_labels(labels)
     n = labels.size
     num_clients = _check_num_clients(num_clients, n)
-    per = _check_shards_per_client(shards_per_client, num_clients, n)
+    why = ", a shard holds at least one sample"
+    per = _check_per_client("shards_per_client", shards_per_client, num_clients, n, why)
     total = num_clients * per
     size = n // total
     kept = rng.permutation(n)[: total * size]
@@ -560,7 +552,7 @@ def federated_data(dataset: Dataset, partitions: Sequence[Partition]) -> Federat
     """Stack the clients' data of every partition, padded to one size, as device arrays."""
     import jax.numpy as jnp
 
-    from jfl.fl.train import FederatedData
+    from jfl.fl.local import FederatedData
 
     if not partitions:
         raise ValueError("give at least one partition")

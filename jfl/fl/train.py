@@ -1,28 +1,20 @@
-"""FedAvg on padded per-client data, written for one instance and vmapped by the callers.
+"""FedAvg over the clients a policy selects, written for one instance and vmapped by the callers.
 
-* ``local_sgd`` — a client's update: E epochs of minibatch SGD (optax) over its own samples in a
-  fresh random order each epoch (COCS eq. 2; FedAvg's ClientUpdate), or a fixed number of SGD
-  steps, each on one minibatch drawn afresh (Xia §V-A: "mini-batch size ρ is 2").
-* ``local_signals`` — per-client accuracy and loss of a model on each client's own samples,
-  which the runner hands to policies that read them (``jfl.policies.LEARNER_SIGNALS``).
+* ``make_learner`` — the learner the runner drives: each round the policy's selected clients
+  train from their server's model (``jfl.fl.local.local_training``), vmapped over a fixed number
+  of training *slots*; the models that arrive (deadline-based dropping, COCS §III-A) are
+  averaged per edge server, and every ``global_every`` rounds the edge models are averaged into
+  the global one (COCS eq. 6). A flat FL run is the case of one server aggregated every round.
+  Its ``step`` goes through the stages of a round: ``assign_slots`` (who trains where, from
+  which model), local training, aggregation (``average_edges``, ``move_edges``,
+  ``global_average``) and ``round_metrics``.
 * ``weighted_average`` — FedAvg aggregation of the trained models, weighted by data size or
   uniformly (COCS eq. 3 within an edge server).
-* ``make_learner`` — the learner the runner drives: each round the policy's selected clients
-  train from their server's model, vmapped over a fixed number of training *slots*; the models
-  that arrive (deadline-based dropping, COCS §III-A) are averaged per edge server, and every
-  ``global_every`` rounds the edge models are averaged into the global one (COCS eq. 6). A flat
-  FL run is the case of one server aggregated every round.
+* ``evaluate_model`` — test accuracy and loss of the global model.
 
-Clients' data are stacked and padded (``jfl.fl.partition.ClientData``) and passed to the compiled
-program as arguments, never closed over: closed-over arrays would be baked into the program as
-constants. Minibatches are gathered from the stacked arrays step by step, so memory does not grow
-with the number of slots times the client dataset size.
-
-Results do not depend on padding: a client's sample order is drawn per position with a
-prefix-consistent PRNG, padding sorts last (so a minibatch drawn for one step is the same real
-samples however much padding follows them), and batches with no real sample leave the model
-untouched. They do not depend on the slot a client trains in either: its randomness is derived
-from its client index.
+What a client computes on its own samples (local SGD, the signals policies read, the data layout
+``FederatedData``) is ``jfl.fl.local``; the names the learner's callers import stay importable
+from here.
 """
 
 from __future__ import annotations
@@ -36,48 +28,30 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jfl.fl.local import (
+    EVAL_BATCH,
+    FULL_PASS_SIGNALS,
+    FederatedData,
+    LocalResult,
+    gradient_sketches,
+    local_signals,
+    local_training,
+    minibatch_loss,
+)
+from jfl.fl.local import local_sgd as local_sgd  # re-exported: jfl.fl and the tests import it
 from jfl.fl.sketch import flat_rows, sketch
 from jfl.kernels.reduce import pairwise_norm, pairwise_sum
 from jfl.policies.base import LEARNER_SIGNALS, SKETCH_DIM
 
 AGGREGATIONS = ("data_size", "uniform")
-# The signals ``local_signals`` computes in one pass over every client's samples.
-FULL_PASS_SIGNALS = frozenset({"local_accuracy", "local_loss", "local_loss_sq", "data_size"})
-EVAL_BATCH = 1024  # test samples per forward pass when evaluating
-GRADIENT_BATCH = 16  # clients per backward pass of ``gradient_sketches``
 # fold_in(init key, SKETCH_STREAM) keys the run's projection: the model's draws stay as they were.
 SKETCH_STREAM = 0x5EC7
-
-
-class FederatedData(NamedTuple):
-    """Everything a federated run reads, passed to the compiled program as arguments.
-
-    The leading axis P holds alternative partitions of the same training set (e.g. γ₁ = 1, 10
-    and IID), padded to one size, so that one compiled program runs every scenario: a
-    configuration picks its partition with the traced hyperparameter ``partition``.
-    """
-
-    x: jax.Array  # u8 or f32[P, N, S, *sample_shape]  clients' samples, zero padding after count
-    y: jax.Array  # i[P, N, S]
-    mask: jax.Array  # bool[P, N, S]  True for real samples (each client's come first)
-    count: jax.Array  # i[P, N]  samples per client
-    x_test: jax.Array  # u8 or f32[n_test, *sample_shape]  (``pixels`` makes both f32)
-    y_test: jax.Array  # i[n_test]
 
 
 class LearnerState(NamedTuple):
     edge_params: Any  # pytree, leaves [M, ...]: each edge server's model (M = 1 for flat FL)
     # The run's sketch projection (``jfl.fl.sketch``), drawn once per run; None: no sketches.
     sketch_key: jax.Array | None = None
-
-
-class LocalResult(NamedTuple):
-    """What one client's local training gives (``local_training``)."""
-
-    params: Any  # pytree: the client's model after local SGD
-    train_loss: jax.Array  # f[]  mean minibatch loss over the steps that moved the model
-    grad_var: jax.Array  # f[]  mean_b ‖g_b‖² − ‖mean_b g_b‖² over those steps' gradients
-    steps: jax.Array  # f[]  the steps that moved the model (K_i)
 
 
 class Learner(NamedTuple):
@@ -103,231 +77,13 @@ class Learner(NamedTuple):
     batch_invariant: bool = False
 
 
-def masked_loss(apply_fn, params, x, y, valid):
-    """Mean softmax cross-entropy over the valid samples (0 when there are none)."""
-    logits = apply_fn(params, x)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-    num_valid = jnp.sum(valid)
-    return jnp.sum(jnp.where(valid, losses, 0.0)) / jnp.maximum(num_valid, 1)
+class SlotPlan(NamedTuple):
+    """Who trains in one round's K training slots, and from which model (``assign_slots``)."""
 
-
-def batch_plan(num_positions: int, batch_size: int) -> tuple[int, int]:
-    """(batches per epoch, padded length): epochs cover every position in fixed-size batches."""
-    num_batches = max(1, math.ceil(num_positions / batch_size))
-    return num_batches, num_batches * batch_size
-
-
-def shuffled_positions(key, mask):
-    """A client's positions (``mask`` bool[S]): its real samples in uniformly random order,
-    then the padding.
-
-    Per-position uniforms are prefix-consistent (threefry is partitionable), so the order of the
-    real samples does not depend on how much padding follows them.
-    """
-    u = jax.random.uniform(key, mask.shape)
-    return jnp.argsort(jnp.where(mask, u, 2.0))
-
-
-def local_sgd(apply_fn, params, data: FederatedData, client, key, learning_rate, **options):
-    """Client ``client``'s model after local SGD from ``params`` (``local_training``'s model;
-    keyword ``options``: ``epochs``, ``batch_size``, ``partition``, ``steps``)."""
-    return local_training(apply_fn, params, data, client, key, learning_rate, **options).params
-
-
-def local_training(
-    apply_fn,
-    params,
-    data: FederatedData,
-    client,
-    key,
-    learning_rate,
-    *,
-    epochs: int,
-    batch_size: int,
-    partition=0,
-    steps: int | None = None,
-) -> LocalResult:
-    """Client ``client``'s model after local SGD from ``params`` (``LocalResult``), with two
-    by-products of the steps that moved it: the mean of each step's minibatch loss before the
-    step (``train_loss``; Power-of-Choice's rpow-d ranks clients by it) and the variance of the
-    minibatch gradients g_b, ``grad_var`` = mean_b ‖g_b‖² − ‖mean_b g_b‖² (σ_i², the local
-    variance of DELTA, Wang et al. 2023), both 0 for a client without samples. XLA drops them
-    when the caller does not use them.
-
-    ``steps=None``: E epochs of minibatch SGD (COCS eq. 2; FedAvg). Each epoch visits the
-    client's ``count`` samples once in a random order, in batches of ``batch_size`` (the last one
-    smaller); a batch size at least the client's data size is full-batch gradient descent.
-
-    ``steps=J``: J SGD steps, each on one minibatch of ``batch_size`` samples drawn uniformly
-    without replacement from the client's samples, afresh every step (the paper's protocol in
-    Xia §V-A is one step on ρ = 2 samples, the ρ of τ_LU = ρ/φ in eq. 36). A client with fewer
-    samples than the batch uses all of them. ``epochs`` is then not used.
-
-    Either way a client without samples keeps ``params``. ``client``, ``partition`` and
-    ``learning_rate`` may be traced.
-    """
-    num_positions = data.mask.shape[2]
-    mask = data.mask[partition, client]
-    optimizer = optax.sgd(learning_rate)
-
-    def descend(carry, positions, valid):
-        params, opt_state, grad_sum = carry
-        x = data.x[partition, client, positions]
-        y = data.y[partition, client, positions]
-        loss, grads = jax.value_and_grad(lambda p: masked_loss(apply_fn, p, x, y, valid))(params)
-        updates, new_opt_state = optimizer.update(grads, opt_state, params)
-        new_params = optax.apply_updates(params, updates)
-        # A batch of padding only (clients with little data) leaves the model untouched.
-        keep = jnp.any(valid)
-        params = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_params, params)
-        opt_state = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_opt_state, opt_state)
-        grad_sum = jax.tree.map(lambda s, g: s + jnp.where(keep, g, 0.0), grad_sum, grads)
-        return (params, opt_state, grad_sum), (loss, keep, _squared_norm(grads))
-
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    start = (params, optimizer.init(params), zeros)
-    if steps is not None:
-        # The first min(B, S) positions of a fresh order: B real samples, or all of them (and
-        # padding, masked out) when the client holds fewer.
-        width = min(batch_size, num_positions)
-
-        def one_step(carry, k_step):
-            positions = shuffled_positions(k_step, mask)[:width]
-            return descend(carry, positions, mask[positions])
-
-        carry, losses = jax.lax.scan(one_step, start, jax.random.split(key, steps))
-        return _local_result(carry, *losses)
-
-    num_batches, padded = batch_plan(num_positions, batch_size)
-
-    def epoch(carry, k_epoch):
-        order = shuffled_positions(k_epoch, mask)
-        order = jnp.concatenate([order, jnp.full(padded - num_positions, order[-1])])
-        slots_valid = jnp.concatenate(
-            [mask[order[:num_positions]], jnp.zeros(padded - num_positions, bool)]
-        )
-
-        def minibatch(carry, b):
-            positions = jax.lax.dynamic_slice_in_dim(order, b * batch_size, batch_size)
-            valid = jax.lax.dynamic_slice_in_dim(slots_valid, b * batch_size, batch_size)
-            return descend(carry, positions, valid)
-
-        return jax.lax.scan(minibatch, carry, jnp.arange(num_batches))
-
-    carry, losses = jax.lax.scan(epoch, start, jax.random.split(key, epochs))
-    return _local_result(carry, *losses)
-
-
-def _squared_norm(tree) -> jax.Array:
-    """‖v‖² of the vector a pytree stands for (elementwise halvings: batch-invariant)."""
-    return sum(pairwise_sum(leaf.reshape(-1) ** 2) for leaf in jax.tree.leaves(tree))
-
-
-def _local_result(carry, losses, moved, grad_sq) -> LocalResult:
-    """``LocalResult`` of the final carry and the per-step (loss, moved, ‖g‖²) of the steps."""
-    params, _, grad_sum = carry
-    losses, moved, grad_sq = losses.reshape(-1), moved.reshape(-1), grad_sq.reshape(-1)
-    count = jnp.maximum(jnp.sum(moved), 1)
-    loss = pairwise_sum(jnp.where(moved, losses, 0.0)) / count
-    mean_sq = pairwise_sum(jnp.where(moved, grad_sq, 0.0)) / count
-    # Rounding can take the difference of two close values below 0.
-    variance = jnp.maximum(mean_sq - _squared_norm(grad_sum) / count**2, 0.0)
-    return LocalResult(params, loss, variance, jnp.sum(moved).astype(jnp.float32))
-
-
-def minibatch_loss(apply_fn, params, data: FederatedData, key, batch_size: int, partition=0):
-    """f[N]: each client's mean loss of ``params`` on ``batch_size`` of its samples drawn
-    uniformly without replacement (all of them when it holds fewer; 0 without samples): the
-    cheap estimate of ``local_loss`` that Power-of-Choice's cpow-d ranks by. Client n's draw
-    comes from ``fold_in(key, n)``, so it does not depend on the other clients."""
-    _, num_clients, num_positions = data.mask.shape
-    width = min(batch_size, num_positions)
-
-    def one(client):
-        mask = data.mask[partition, client]
-        positions = shuffled_positions(jax.random.fold_in(key, client), mask)[:width]
-        x, y = data.x[partition, client, positions], data.y[partition, client, positions]
-        return masked_loss(apply_fn, params, x, y, mask[positions])
-
-    return jax.vmap(one)(jnp.arange(num_clients))
-
-
-def full_gradient(apply_fn, params, data: FederatedData, client, partition=0):
-    """The gradient at ``params`` of client ``client``'s mean loss over all its samples (its
-    full-batch gradient ∇F_i(w); 0 for a client without samples)."""
-    mask = data.mask[partition, client]
-    x, y = data.x[partition, client], data.y[partition, client]
-    return jax.grad(lambda p: masked_loss(apply_fn, p, x, y, mask))(params)
-
-
-def gradient_sketches(apply_fn, params, data: FederatedData, key, dim: int, partition=0):
-    """f[N, dim]: every client's ``full_gradient`` at ``params``, sketched by the projection of
-    ``key`` (``jfl.fl.sketch``). Clients go through the backward pass ``GRADIENT_BATCH`` at a
-    time; the N gradients are then sketched together, so the projection is drawn once."""
-    num_clients = data.mask.shape[1]
-    size = min(num_clients, GRADIENT_BATCH)
-    num_batches = math.ceil(num_clients / size)
-    clients = jnp.minimum(jnp.arange(num_batches * size), num_clients - 1)
-
-    def one_batch(batch):
-        grads = jax.vmap(lambda c: full_gradient(apply_fn, params, data, c, partition))(batch)
-        return flat_rows(grads)
-
-    rows = jax.lax.map(one_batch, clients.reshape(num_batches, size))
-    return sketch(key, rows.reshape(num_batches * size, -1)[:num_clients], dim)
-
-
-def local_signals(apply_fn, params, data: FederatedData, partition=0) -> dict:
-    """Per-client signals of the model ``params`` on each client's own samples.
-
-    ``local_accuracy`` f[N]: the fraction of client n's samples the model classifies correctly;
-    ``local_loss`` f[N]: their mean softmax cross-entropy; ``local_loss_sq`` f[N]: the mean of
-    its square (Oort's statistical utility, from the same forward pass); ``data_size`` f[N]: how
-    many samples client n holds (n_i, the p_i ∝ n_i of the sampling-based methods). This is
-    what a client can measure when it receives the global model (it holds no other data):
-    Xia §V-B's "local test accuracy" of the local-accuracy baseline. A client without samples
-    gets accuracy 1 and losses 0 (nothing left to learn there), so policies that favour low
-    accuracy or high loss rank it last.
-
-    The samples of all clients go through the model in batches of at most ``EVAL_BATCH``;
-    padding is excluded, and the per-client sums are elementwise halvings, so the values do not
-    depend on the batch of runs or on the padding width (zeros appended to a halving add 0).
-    ``partition`` may be traced.
-    """
-    _, num_clients, num_positions = data.mask.shape
-    total = num_clients * num_positions
-    size = min(total, EVAL_BATCH)
-    num_batches = math.ceil(total / size)
-    flat = jnp.arange(num_batches * size).reshape(num_batches, size)
-
-    def one_batch(index):
-        # Samples are gathered per batch: the padded [N, S, ...] partition is never copied.
-        client = jnp.minimum(index // num_positions, num_clients - 1)
-        position = index % num_positions
-        valid = data.mask[partition, client, position] & (index < total)
-        y = data.y[partition, client, position]
-        logits = apply_fn(params, data.x[partition, client, position])
-        losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
-        correct = (jnp.argmax(logits, -1) == y) & valid
-        losses = jnp.where(valid, losses, 0.0)
-        # Squared here, apart from the sums: fused into them, the products would be contracted
-        # into multiply-adds whose pairing depends on the padding width.
-        return correct.astype(jnp.float32), losses, losses**2
-
-    correct, losses, squares = jax.lax.map(one_batch, flat)
-    correct, losses, squares = (
-        v.reshape(-1)[:total].reshape(num_clients, num_positions)
-        for v in (correct, losses, squares)
-    )
-    count = data.count[partition]
-    has_data = count > 0
-    denominator = jnp.maximum(count, 1).astype(jnp.float32)
-    return {
-        "local_accuracy": jnp.where(has_data, pairwise_sum(correct) / denominator, 1.0),
-        "local_loss": jnp.where(has_data, pairwise_sum(losses) / denominator, 0.0),
-        "local_loss_sq": jnp.where(has_data, pairwise_sum(squares) / denominator, 0.0),
-        "data_size": count.astype(jnp.float32),
-    }
+    clients: jax.Array  # i[K]  the selected clients in client order; client 0 fills unused slots
+    server: jax.Array  # i[K]  each slot's edge server: its model is the slot's start
+    in_use: jax.Array  # bool[K]  the slots that hold a selected client
+    untrained: jax.Array  # i[]  selected clients beyond the K slots (not trained)
 
 
 def weighted_average(stacked, weights, fallback):
@@ -452,21 +208,7 @@ def make_learner(
         edge = jax.tree.map(lambda p: jnp.broadcast_to(p, (num_servers, *p.shape)), params)
         return LearnerState(edge, jax.random.fold_in(key, SKETCH_STREAM))
 
-    train = jax.vmap(
-        lambda params, client, key, lr, partition, data: local_training(
-            apply_fn,
-            params,
-            data,
-            client,
-            key,
-            lr,
-            epochs=epochs,
-            batch_size=batch_size,
-            partition=partition,
-            steps=local_steps,
-        ),
-        in_axes=(0, 0, 0, None, None, None),
-    )
+    train = slot_training(apply_fn, epochs=epochs, batch_size=batch_size, steps=local_steps)
 
     def step(
         key, state: LearnerState, action, delivered, t, data: FederatedData, hparams, weight=None
@@ -477,69 +219,142 @@ def make_learner(
         client's model reached its server before the deadline), ``t`` the 1-based round.
         ``weight`` f[N] (a policy's ``jfl.policies.Selection``): each delivered client's update
         θ_k − w moves its server's model by that weight, unnormalised, instead of the
-        ``aggregation`` average. Metrics: ``num_delivered``, ``untrained``, and the round
-        signals (0 for clients not trained this round): ``train_loss`` and ``grad_var`` f[N]
-        (``local_training``'s), ``update_norm`` f[N] and ``update_sketch`` f[N, sketch_dim] of
-        θ_k − w, and ``update_scale`` f[N], η·K_k (the learning rate times the steps that moved
-        the model: plain SGD's θ_k − w is −η·K_k times the mean of its minibatch gradients),
-        which takes an update to the gradient scale (XLA drops what the run does not read).
+        ``aggregation`` average. Metrics: ``round_metrics``' (XLA drops what the run does not
+        read).
         """
-        selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
-        server = jnp.zeros(num_clients, jnp.int32) if action.ndim == 1 else jnp.argmax(action, -1)
-        num_selected = jnp.sum(selected, dtype=jnp.int32)
-        (clients,) = jnp.nonzero(selected, size=slots, fill_value=0)
-        in_use = jnp.arange(slots) < num_selected
-        keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
-        start = jax.tree.map(lambda p: p[server[clients]], state.edge_params)
+        plan = assign_slots(action, slots)
+        clients = plan.clients
+        keys = client_keys(key, clients)
+        start = jax.tree.map(lambda p: p[plan.server], state.edge_params)
         partition = partition_index(hparams)
-        local = train(start, clients, keys, hparams["learning_rate"], partition, data)
-        trained = local.params
-        arrived = in_use & delivered[clients]
+        learning_rate = hparams["learning_rate"]
+        local = train(start, clients, keys, learning_rate, partition, data)
+        arrived = plan.in_use & delivered[clients]
         if weight is not None:
-            edge = _move(trained, jnp.where(arrived, weight[clients], 0.0), server[clients],
-                         state.edge_params, num_servers)  # fmt: skip
+            moved = jnp.where(arrived, weight[clients], 0.0)
+            edge = move_edges(local.params, moved, plan.server, state.edge_params)
         else:
-            uniform = aggregation_index(hparams, aggregation) == AGGREGATIONS.index("uniform")
-            size = jnp.where(uniform, 1.0, data.count[partition, clients].astype(jnp.float32))
-            size = jnp.where(arrived, size, 0.0)
-            edge = _aggregate(trained, size, server[clients], state.edge_params, num_servers)
+            size = fedavg_weights(hparams, aggregation, data.count[partition, clients], arrived)
+            edge = average_edges(local.params, size, plan.server, state.edge_params)
         if num_servers > 1:
-            merged = server_mean(edge)
-            is_global = (t % global_every) == 0
-            edge = jax.tree.map(
-                lambda e, g: jnp.where(is_global, jnp.broadcast_to(g, e.shape), e), edge, merged
-            )
-        # Unused slots (client 0 as filler) scatter out of range and are dropped.
-        target = jnp.where(in_use, clients, num_clients)
-
-        def per_client(values):
-            blank = jnp.zeros((num_clients, *values.shape[1:]), values.dtype)
-            return blank.at[target].set(values, mode="drop")
-
-        updates = flat_rows(trained) - flat_rows(start)
-        metrics = {
-            "num_delivered": jnp.sum(arrived, dtype=jnp.int32),
-            "untrained": jnp.maximum(num_selected - slots, 0),
-            "train_loss": per_client(local.train_loss),
-            "grad_var": per_client(local.grad_var),
-            "update_scale": per_client(hparams["learning_rate"] * local.steps),
-            "update_norm": per_client(pairwise_norm(updates)),
-        }
-        if state.sketch_key is not None:  # a state built by hand may have no projection
-            metrics["update_sketch"] = per_client(sketch(state.sketch_key, updates, sketch_dim))
+            edge = global_average(edge, t, global_every)
+        metrics = round_metrics(
+            local, start, plan, arrived, learning_rate, num_clients, state.sketch_key, sketch_dim
+        )
         return state._replace(edge_params=edge), metrics
 
     def evaluate(state: LearnerState, data: FederatedData) -> dict:
         """Test accuracy and loss of the global model (the mean of the edge models)."""
         return evaluate_model(apply_fn, server_mean(state.edge_params), data)
 
+    return Learner(
+        init=init,
+        step=step,
+        evaluate=evaluate,
+        num_servers=num_servers,
+        signals=make_signals(apply_fn, train, num_clients, probe_batch, sketch_dim),
+        provides=LEARNER_SIGNALS,
+    )
+
+
+def slot_training(apply_fn, **options):
+    """``local_training`` vmapped over the slots: ``train(params, clients, keys, learning_rate,
+    partition, data)``, the start models, clients and keys stacked [K, ...] (``options``:
+    ``epochs``, ``batch_size``, ``steps``)."""
+
+    def one(params, client, key, learning_rate, partition, data):
+        return local_training(
+            apply_fn, params, data, client, key, learning_rate, partition=partition, **options
+        )
+
+    return jax.vmap(one, in_axes=(0, 0, 0, None, None, None))
+
+
+def assign_slots(action, num_slots: int) -> SlotPlan:
+    """The selected clients of ``action`` (bool[N], or bool[N, M]: client → edge server) in
+    the first of ``num_slots`` slots, each with its edge server (0 for a flat ``action``)."""
+    num_clients = action.shape[0]
+    selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
+    server = jnp.zeros(num_clients, jnp.int32) if action.ndim == 1 else jnp.argmax(action, -1)
+    num_selected = jnp.sum(selected, dtype=jnp.int32)
+    (clients,) = jnp.nonzero(selected, size=num_slots, fill_value=0)
+    in_use = jnp.arange(num_slots) < num_selected
+    return SlotPlan(clients, server[clients], in_use, jnp.maximum(num_selected - num_slots, 0))
+
+
+def client_keys(key, clients):
+    """key[K]: each client's training key, ``fold_in(key, client)``: the same in any slot."""
+    return jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
+
+
+def fedavg_weights(hparams, default: str, count, arrived):
+    """f[K]: each slot's weight in its server's FedAvg, its client's data size ``count`` (i[K])
+    or 1 as the configuration's ``aggregation`` (``aggregation_index``) says; 0 for a model
+    that did not arrive."""
+    uniform = aggregation_index(hparams, default) == AGGREGATIONS.index("uniform")
+    size = jnp.where(uniform, 1.0, count.astype(jnp.float32))
+    return jnp.where(arrived, size, 0.0)
+
+
+def global_average(edge_params, t, global_every: int):
+    """The edge models [M, ...] after round ``t``: every ``global_every`` rounds each replaced
+    by the global model, their mean (COCS eq. 6); as they are otherwise."""
+    merged = server_mean(edge_params)
+    is_global = (t % global_every) == 0
+    return jax.tree.map(
+        lambda e, g: jnp.where(is_global, jnp.broadcast_to(g, e.shape), e), edge_params, merged
+    )
+
+
+def round_metrics(
+    local: LocalResult,
+    start,
+    plan: SlotPlan,
+    arrived,
+    learning_rate,
+    num_clients: int,
+    sketch_key=None,
+    sketch_dim: int = SKETCH_DIM,
+) -> dict:
+    """A round's metrics: ``num_delivered``, ``untrained``, and the round signals of the
+    clients trained from ``start`` (0 for the others): ``train_loss`` and ``grad_var`` f[N]
+    (``local_training``'s), ``update_norm`` f[N] and ``update_sketch`` f[N, sketch_dim] of
+    θ_k − w (no sketch without ``sketch_key``: a state built by hand may have no projection),
+    and ``update_scale`` f[N], η·K_k (the learning rate times the steps that moved the model:
+    plain SGD's θ_k − w is −η·K_k times the mean of its minibatch gradients), which takes an
+    update to the gradient scale."""
+    # Unused slots (client 0 as filler) scatter out of range and are dropped.
+    target = jnp.where(plan.in_use, plan.clients, num_clients)
+
+    def per_client(values):
+        blank = jnp.zeros((num_clients, *values.shape[1:]), values.dtype)
+        return blank.at[target].set(values, mode="drop")
+
+    updates = flat_rows(local.params) - flat_rows(start)
+    metrics = {
+        "num_delivered": jnp.sum(arrived, dtype=jnp.int32),
+        "untrained": plan.untrained,
+        "train_loss": per_client(local.train_loss),
+        "grad_var": per_client(local.grad_var),
+        "update_scale": per_client(learning_rate * local.steps),
+        "update_norm": per_client(pairwise_norm(updates)),
+    }
+    if sketch_key is not None:
+        metrics["update_sketch"] = per_client(sketch(sketch_key, updates, sketch_dim))
+    return metrics
+
+
+def make_signals(apply_fn, train, num_clients: int, probe_batch: int, sketch_dim: int):
+    """The learner's ``signals``: the per-client signals of the global model that policies
+    read before a round (``LEARNER_SIGNALS``); ``train`` is ``slot_training``'s."""
+
     def signals(key, state: LearnerState, data: FederatedData, hparams, names) -> dict:
-        """The signals ``names`` (of ``LEARNER_SIGNALS`` before a round) of the global model
-        (the mean of the edge models) on the configuration's partition, each computed only if
-        asked for: ``local_signals`` (one pass over every client's samples), ``minibatch_loss``
-        on ``probe_batch`` samples drawn with ``key``, ``grad_sketch`` (a backward pass per
-        client) and ``local_update_norm`` (every client trains from the global model, its
-        randomness from ``key`` as ``step``'s from the round's key)."""
+        """The signals ``names`` of the global model (the mean of the edge models) on the
+        configuration's partition, each computed only if asked for: ``local_signals`` (one
+        pass over every client's samples), ``minibatch_loss`` on ``probe_batch`` samples drawn
+        with ``key``, ``grad_sketch`` (a backward pass per client) and ``local_update_norm``
+        (every client trains from the global model, its randomness from ``key`` as ``step``'s
+        from the round's key)."""
         params = server_mean(state.edge_params)
         partition = partition_index(hparams)
         values = {}
@@ -560,22 +375,15 @@ def make_learner(
     def every_update_norm(key, params, partition, hparams, data):
         """f[N]: ‖θ_i − w‖ of every client i trained from ``params`` (keys as ``step``'s)."""
         clients = jnp.arange(num_clients)
-        keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(clients)
+        keys = client_keys(key, clients)
         start = jax.tree.map(lambda p: jnp.broadcast_to(p, (num_clients, *p.shape)), params)
         local = train(start, clients, keys, hparams["learning_rate"], partition, data)
         return pairwise_norm(flat_rows(local.params) - flat_rows(start))
 
-    return Learner(
-        init=init,
-        step=step,
-        evaluate=evaluate,
-        num_servers=num_servers,
-        signals=signals,
-        provides=LEARNER_SIGNALS,
-    )
+    return signals
 
 
-def _move(trained, weight, server, edge_params, num_servers: int):
+def move_edges(trained, weight, server, edge_params):
     """Every edge server's model w moved to ``w + Σ_k weight_k (θ_k − w)`` over the slots
     trained for it (``server``: each slot's; unnormalised, so Σ weight < 1 keeps part of w):
     the edge models stacked [M, ...]."""
@@ -586,16 +394,17 @@ def _move(trained, weight, server, edge_params, num_servers: int):
         per_server = [
             pairwise_sum(jnp.where((server == m).reshape(shaped.shape), shaped * (leaf - start),
                                    0.0), axis=0)
-            for m in range(num_servers)
+            for m in range(old.shape[0])
         ]  # fmt: skip
         return old + jnp.stack(per_server)
 
     return jax.tree.map(move, trained, edge_params)
 
 
-def _aggregate(trained, weight, server, edge_params, num_servers: int):
+def average_edges(trained, weight, server, edge_params):
     """Every edge server's FedAvg of the models trained for it (``server``: each slot's), its
     previous model kept when none was delivered: the edge models stacked [M, ...]."""
+    num_servers = jax.tree.leaves(edge_params)[0].shape[0]
     edge = [
         weighted_average(
             trained,

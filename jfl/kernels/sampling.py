@@ -4,7 +4,8 @@ Three laws, one instance each (callers ``vmap``):
 
 * ``gumbel_top_k``: ``k`` clients without replacement, each draw ∝ p among those left
   (successive sampling; the law of ``numpy.random.choice(k, replace=False, p=p)``). Its inclusion
-  probabilities are *not* k·p; Power-of-Choice and AFL draw their candidates this way.
+  probabilities are *not* k·p; Power-of-Choice and AFL draw their candidates this way, and
+  ``fill_uniformly`` (p uniform) the slots a selection leaves over.
 * ``systematic_sample``: exactly Σπ clients with inclusion probabilities exactly π (Madow's
   systematic sampling on a random order of the clients), for the methods whose aggregation
   weights 1/(m·π_i) need the true π (E3CS, DELTA); ``capped_inclusion`` turns weights into such
@@ -46,6 +47,23 @@ def gumbel_top_k(key: jax.Array, logits: jax.Array, available: jax.Array, k) -> 
     # Zero-probability clients only once the others run out, in the order of their own noise.
     left = jnp.asarray(k, jnp.int32) - jnp.sum(drawn, dtype=jnp.int32)
     return drawn | topk_mask(noise, available & ~positive, left)
+
+
+def fill_uniformly(key: jax.Array, picked: jax.Array, available: jax.Array, k) -> jax.Array:
+    """``picked`` and ``k − |picked|`` more of the available clients not in it, uniformly without
+    replacement: the slots a selection leaves over (AFL's uniform share, Oort's last step).
+
+    Args:
+      key: PRNG key.
+      picked: bool[N] the clients already selected.
+      available: bool[N] the clients that may be drawn.
+      k: the selection's size (int, possibly traced).
+
+    Returns:
+      bool[N], ``picked`` and ``min(k − |picked|, #(available ∖ picked))`` more clients.
+    """
+    left = k - jnp.sum(picked, dtype=jnp.int32)
+    return picked | gumbel_top_k(key, jnp.zeros(picked.shape), available & ~picked, left)
 
 
 def capped_inclusion(weights: jax.Array, m) -> jax.Array:

@@ -31,13 +31,10 @@ from jfl.policies._afl import afl
 from jfl.policies._baselines import dirichlet_random, fedcs, random
 from jfl.policies._clustered import clustered_size
 from jfl.policies._clustered_similarity import clustered_similarity
-from jfl.policies._cocs import (
-    cocs,
-    cocs_lookahead,
+from jfl.policies._cocs import cocs, cocs_lookahead, exploration_threshold, hypercube_index
+from jfl.policies._cocs_baselines import (
     cucb,
     cucb_pairs,
-    exploration_threshold,
-    hypercube_index,
     linucb,
     linucb_pairs,
     oracle,

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import gumbel_top_k, selection_count, topk_mask
+from jfl.kernels import fill_uniformly, gumbel_top_k, selection_count, topk_mask
 from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 
@@ -54,8 +54,7 @@ def afl(num_clients: int, selection_size: int) -> Policy:
         left = valued - jnp.sum(first, dtype=jnp.int32)
         logits = hparams["alpha2"] * jnp.where(seen, state.valuation, 0.0)
         drawn = first | gumbel_top_k(k_valued, logits, seen & ~low, left)
-        rest = k - jnp.sum(drawn, dtype=jnp.int32)
-        return drawn | gumbel_top_k(k_uniform, jnp.zeros(num_clients), available & ~drawn, rest)
+        return fill_uniformly(k_uniform, drawn, available, k)
 
     def update(state, obs, action, feedback, hparams):
         del feedback, hparams

@@ -73,6 +73,18 @@ def _stats_update(stats, action, feedback):
     return arm_stats_update(stats, action, feedback.reward)
 
 
+def _learn(state, obs, action, feedback, hparams):
+    """``update`` of CS-UCB and modified CS-UCB: the reward's count and mean (eqs. 16–17)."""
+    del obs, hparams
+    return state._replace(stats=_stats_update(state.stats, action, feedback), t=state.t + 1)
+
+
+def _top_available(score, available, selection_size: int, priority=None):
+    """The ``min(N, |A(t)|)`` available clients with the highest ``score``, ties in the order
+    ``priority``."""
+    return topk_mask(score, available, selection_count(available, selection_size), priority)
+
+
 def cs_ucb(num_clients: int, selection_size: int) -> Policy:
     """CS-UCB (Alg. 1): κ = ⌈K/N⌉ random initial rounds, then the top N of eq. (18).
 
@@ -112,14 +124,9 @@ def cs_ucb(num_clients: int, selection_size: int) -> Policy:
         group = (state.init_round == state.t) | (state.init_fill & (state.t == kappa - 1))
         index = ucb_index(state.stats, state.t + 1, selection_size + 1.0)
         score = jnp.where(state.t < kappa, group.astype(index.dtype), index)
-        k = selection_count(obs.available, selection_size)
-        return topk_mask(score, obs.available, k, state.priority)
+        return _top_available(score, obs.available, selection_size, state.priority)
 
-    def update(state: CsUcbState, obs, action, feedback, hparams) -> CsUcbState:
-        del obs, hparams
-        return state._replace(stats=_stats_update(state.stats, action, feedback), t=state.t + 1)
-
-    return Policy(init=init, select=select, update=update)
+    return Policy(init=init, select=select, update=_learn)
 
 
 def modified_cs_ucb(num_clients: int, selection_size: int) -> Policy:
@@ -143,14 +150,9 @@ def modified_cs_ucb(num_clients: int, selection_size: int) -> Policy:
     def select(key, state: UcbState, obs, hparams):
         del key, hparams
         index = ucb_index(state.stats, state.t + 1, selection_size + 1.0)
-        k = selection_count(obs.available, selection_size)
-        return topk_mask(index, obs.available, k, state.priority)
+        return _top_available(index, obs.available, selection_size, state.priority)
 
-    def update(state: UcbState, obs, action, feedback, hparams) -> UcbState:
-        del obs, hparams
-        return state._replace(stats=_stats_update(state.stats, action, feedback), t=state.t + 1)
-
-    return Policy(init=init, select=select, update=update)
+    return Policy(init=init, select=select, update=_learn)
 
 
 def cs_ucb_q(num_clients: int, selection_size: int) -> Policy:
@@ -181,8 +183,7 @@ def cs_ucb_q(num_clients: int, selection_size: int) -> Policy:
         beta = hparams["beta"]
         optimistic = ucb_index(state.stats, state.t + 1, 2.0, cap=1.0)
         score = (1.0 - beta) * optimistic + beta * state.queue
-        k = selection_count(obs.available, selection_size)
-        return topk_mask(score, obs.available, k, state.priority)
+        return _top_available(score, obs.available, selection_size, state.priority)
 
     def update(state: CsUcbQState, obs, action, feedback, hparams) -> CsUcbQState:
         del obs
@@ -216,7 +217,7 @@ def round_robin(num_clients: int, selection_size: int) -> Policy:
         del key, hparams
         start = (state.t * selection_size) % num_clients
         distance = (state.slot - start) % num_clients
-        return topk_mask(-distance, obs.available, selection_count(obs.available, selection_size))
+        return _top_available(-distance, obs.available, selection_size)
 
     def update(state: RoundRobinState, obs, action, feedback, hparams) -> RoundRobinState:
         del obs, action, feedback, hparams

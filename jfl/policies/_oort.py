@@ -53,7 +53,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import gumbel_top_k, selection_count, topk_mask
+from jfl.kernels import fill_uniformly, gumbel_top_k, selection_count, topk_mask
 from jfl.policies.base import (
     HParam,
     Policy,
@@ -136,6 +136,57 @@ def _log_positive(x):
     return jnp.where(x > 0, jnp.log(jnp.where(x > 0, x, 1.0)), -jnp.inf)
 
 
+def draw_exploited(key, state, reward, available, preferred, k, hparams):
+    """The exploited clients (l. 292–330): the explored available ones score their clipped,
+    normalised ``reward`` plus the staleness term, penalised when slower than ``preferred``;
+    E = min(⌊k(1 − ε)⌋, #scored) are drawn ∝ score among those within ``cut_off_util`` of the
+    score at index E."""
+    this_round = (state.round + 1).astype(jnp.float32)
+    clip, low, spread = reward_norm(reward, available & (reward > 0), hparams["clip_bound"])
+    last = jnp.maximum(state.last_round, 1).astype(jnp.float32)
+    staleness = jnp.sqrt(STALENESS_WEIGHT * jnp.log(this_round) / last)
+    score = (jnp.minimum(reward, clip) - low) / spread + staleness
+    score = speed_penalty(score, state.duration, preferred, hparams["round_penalty"])
+    scored = available & state.explored
+    num_scored = jnp.sum(scored, dtype=jnp.int32)
+    epsilon = exploration(state, hparams)
+    count = jnp.floor(k.astype(jnp.float32) * (1.0 - epsilon)).astype(jnp.int32)
+    count = jnp.minimum(count, num_scored)
+    descending = -jnp.sort(-jnp.where(scored, score, -jnp.inf))
+    at = jnp.clip(jnp.minimum(count, num_scored - 1), 0, None)
+    cut = descending[at] * hparams["cut_off_util"]
+    candidates = scored & (score >= cut)
+    return gumbel_top_k(key, _log_positive(score), candidates, count)
+
+
+def draw_unexplored(key, state, prior, available, preferred, slots, hparams):
+    """The explored clients (l. 333–355): min(#unexplored available, ``slots``) unexplored ones
+    drawn ∝ their ``prior`` (speed-penalised) among the ⌊``sample_window``·that⌋ largest."""
+    unexplored = available & ~state.explored
+    count = jnp.minimum(jnp.sum(unexplored, dtype=jnp.int32), slots)
+    init_reward = speed_penalty(prior, state.duration, preferred, hparams["round_penalty"])
+    window = jnp.floor(hparams["sample_window"] * count.astype(jnp.float32))
+    window = topk_mask(init_reward, unexplored, window.astype(jnp.int32), state.priority)
+    return gumbel_top_k(key, _log_positive(init_reward), window, count)
+
+
+def pace(state, mean, entry, hparams):
+    """The pacer (l. 174–205) once ``mean``, the last round's mean exploit utility, enters its
+    history at round ``entry``: (θ, the current window's sum, the last window's sum)."""
+    width = jnp.maximum(jnp.floor(hparams["pacer_window"]).astype(jnp.int32), 1)
+    current = state.window_sum + mean
+    ends = entry % width == 0
+    check = ends & (entry >= 2 * width)
+    previous = state.last_window_sum
+    change = jnp.abs(current - previous)
+    delta = hparams["pacer_delta"]
+    flat = change <= previous * PACER_FLAT
+    jump = ~flat & (change >= previous * PACER_JUMP)
+    theta = jnp.where(check & flat, jnp.minimum(100.0, state.theta + delta), state.theta)
+    theta = jnp.where(check & jump, jnp.maximum(delta, state.theta - delta), theta)
+    return theta, jnp.where(ends, 0.0, current), jnp.where(ends, current, previous)
+
+
 def oort(num_clients: int, selection_size: int) -> Policy:
     """Oort's guided participant selection (``_training_selector.getTopK``) over the available
     clients; reads the learner's ``data_size`` and ``local_loss_sq`` and the environment's
@@ -165,43 +216,13 @@ def oort(num_clients: int, selection_size: int) -> Policy:
         k_exploit, k_explore, k_fill = jax.random.split(key, 3)
         available = obs.available
         k = selection_count(available, selection_size)
-        this_round = (state.round + 1).astype(jnp.float32)
         prior = sample_bin(obs.data_size, hparams)
         reward = jnp.where(state.explored, state.utility, prior)
         preferred = preferred_duration(state, state.theta)
-        alpha = hparams["round_penalty"]
-
-        # Exploitation: explored available clients, clipped and normalised utility plus the
-        # staleness term, penalised when slower than T.
-        clip, low, spread = reward_norm(reward, available & (reward > 0), hparams["clip_bound"])
-        last = jnp.maximum(state.last_round, 1).astype(jnp.float32)
-        staleness = jnp.sqrt(STALENESS_WEIGHT * jnp.log(this_round) / last)
-        score = (jnp.minimum(reward, clip) - low) / spread + staleness
-        score = speed_penalty(score, state.duration, preferred, alpha)
-        scored = available & state.explored
-        num_scored = jnp.sum(scored, dtype=jnp.int32)
-        epsilon = exploration(state, hparams)
-        exploit = jnp.floor(k.astype(jnp.float32) * (1.0 - epsilon)).astype(jnp.int32)
-        exploit = jnp.minimum(exploit, num_scored)
-        descending = -jnp.sort(-jnp.where(scored, score, -jnp.inf))
-        at = jnp.clip(jnp.minimum(exploit, num_scored - 1), 0, None)
-        cut = descending[at] * hparams["cut_off_util"]
-        candidates = scored & (score >= cut)
-        picked = gumbel_top_k(k_exploit, _log_positive(score), candidates, exploit)
-        num_picked = jnp.sum(picked, dtype=jnp.int32)
-
-        # Exploration: unexplored available clients ∝ their prior among the largest priors.
-        unexplored = available & ~state.explored
-        num_unexplored = jnp.sum(unexplored, dtype=jnp.int32)
-        explore = jnp.minimum(num_unexplored, k - num_picked)
-        init_reward = speed_penalty(prior, state.duration, preferred, alpha)
-        window = jnp.floor(hparams["sample_window"] * explore.astype(jnp.float32))
-        window = topk_mask(init_reward, unexplored, window.astype(jnp.int32), state.priority)
-        picked = picked | gumbel_top_k(k_explore, _log_positive(init_reward), window, explore)
-
-        # The slots left: uniformly among the available clients not picked.
-        left = k - jnp.sum(picked, dtype=jnp.int32)
-        return picked | gumbel_top_k(k_fill, jnp.zeros(num_clients), available & ~picked, left)
+        picked = draw_exploited(k_exploit, state, reward, available, preferred, k, hparams)
+        slots = k - jnp.sum(picked, dtype=jnp.int32)
+        picked |= draw_unexplored(k_explore, state, prior, available, preferred, slots, hparams)
+        return fill_uniformly(k_fill, picked, available, k)
 
     def update(state, obs, action, feedback, hparams):
         selected = jnp.asarray(action, bool)
@@ -214,19 +235,7 @@ def oort(num_clients: int, selection_size: int) -> Policy:
         total = jnp.sum(jnp.where(exploited, new_utility, 0.0))
         mean = total / (UTIL_COUNT + jnp.sum(exploited, dtype=jnp.int32).astype(jnp.float32))
         # It enters oort.py's history at the next selection, round this_round + 1.
-        entry = this_round + 1
-        width = jnp.maximum(jnp.floor(hparams["pacer_window"]).astype(jnp.int32), 1)
-        current = state.window_sum + mean
-        ends = entry % width == 0
-        check = ends & (entry >= 2 * width)
-        previous = state.last_window_sum
-        change = jnp.abs(current - previous)
-        delta = hparams["pacer_delta"]
-        flat = change <= previous * PACER_FLAT
-        jump = ~flat & (change >= previous * PACER_JUMP)
-        theta = jnp.where(check & flat, jnp.minimum(100.0, state.theta + delta), state.theta)
-        theta = jnp.where(check & jump, jnp.maximum(delta, state.theta - delta), theta)
-
+        theta, window_sum, last_window_sum = pace(state, mean, this_round + 1, hparams)
         return OortState(
             priority=state.priority,
             utility=new_utility,
@@ -237,8 +246,8 @@ def oort(num_clients: int, selection_size: int) -> Policy:
             epsilon=exploration(state, hparams),
             exhausted=state.exhausted | jnp.all(state.explored),
             theta=theta,
-            window_sum=jnp.where(ends, 0.0, current),
-            last_window_sum=jnp.where(ends, current, previous),
+            window_sum=window_sum,
+            last_window_sum=last_window_sum,
             round=this_round,
         )
 

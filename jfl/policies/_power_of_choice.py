@@ -157,30 +157,38 @@ _CANDIDATES = {
         0.0, 0.0, help="adapow-d: d = N before this round, m from it (0: off, fixed d)"
     ),
 }
+
+
+def _pow_d_spec(name: str, build, description: str, ranking: str) -> PolicySpec:
+    """The spec of a Power-of-Choice variant whose candidates are ranked by signal ``ranking``."""
+    return PolicySpec(
+        name,
+        build,
+        _CANDIDATES,
+        description,
+        requires=("available", "data_size", ranking),
+        aggregation="uniform",  # the authors' code: weight = 1/size
+    )
+
+
 for _spec in (
-    PolicySpec(
+    _pow_d_spec(
         "pow_d",
         pow_d,
-        _CANDIDATES,
         "Power-of-Choice: of d candidates drawn ∝ data share, the m with the highest local loss",
-        requires=("available", "data_size", "local_loss"),
-        aggregation="uniform",  # the authors' code: weight = 1/size
+        "local_loss",
     ),
-    PolicySpec(
+    _pow_d_spec(
         "cpow_d",
         cpow_d,
-        _CANDIDATES,
         "Power-of-Choice's cpow-d: the candidates ranked by the loss on one minibatch",
-        requires=("available", "data_size", "minibatch_loss"),
-        aggregation="uniform",  # the authors' code: weight = 1/size
+        "minibatch_loss",
     ),
-    PolicySpec(
+    _pow_d_spec(
         "rpow_d",
         rpow_d,
-        _CANDIDATES,
         "Power-of-Choice's rpow-d: the candidates ranked by their last training loss",
-        requires=("available", "data_size", "train_loss"),
-        aggregation="uniform",  # the authors' code: weight = 1/size
+        "train_loss",
     ),
     PolicySpec(
         "proportional",

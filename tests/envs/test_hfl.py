@@ -18,8 +18,8 @@ import scipy.stats
 from jfl.envs.hfl import (
     PRESETS,
     HflEnv,
-    HflParams,
     HflState,
+    Observation,
     download_rate,
     make_params,
     pair_times,
@@ -167,7 +167,8 @@ def test_make_params_rejects_bad_input(kwargs, name):
 
 
 def test_presets_match_table_one():
-    """The presets hold Table I's values (N = 50, M = 3, prices U[0.5, 2]); unknown names fail."""
+    """The presets hold Table I's values (N = 50, M = 3, prices U[0.5, 2]), make_params's defaults
+    the MNIST one; unknown names fail."""
     for name, table in PAPER_PRESETS.items():
         params = preset_params(name)
         assert (params.num_clients, params.num_servers, params.context_dim) == (50, 3, 2)
@@ -186,6 +187,7 @@ def test_presets_match_table_one():
         assert ENV.default_params(name) == params
         assert 0.0 <= params.rate_low < params.rate_high
     assert set(PRESETS) == {"mnist", "cifar"}
+    assert make_params() == preset_params("mnist")  # the defaults are the MNIST setting
     assert preset_params("mnist", num_servers=5, p_cover=0.5).num_servers == 5
     with pytest.raises(ValueError, match="preset"):
         preset_params("nope")
@@ -203,18 +205,7 @@ def test_pair_times_and_success_match_reference(preset):
     params = preset_params(preset, p_cover=0.7)
     draws = f32_draws(np.random.default_rng(1), params, BATCH)
     state = state_from_draws(draws, np.ones(params.num_clients))
-    got = np.asarray(
-        PAIR_TIMES(
-            state.distance,
-            state.shadowing_db,
-            state.fading_down,
-            state.fading_up,
-            state.bandwidth,
-            state.computation,
-            params,
-        ),
-        float,
-    )
+    got = np.asarray(PAIR_TIMES(*(getattr(state, f) for f in PAIR_FIELDS), params), float)
     ref = pair_times_numpy(
         *draws[1:], model_size=params.model_size, workload=params.workload, **channel(params)
     )
@@ -516,15 +507,9 @@ def test_step_feedback_matches_reference():
     assert list(metrics) == list(ENV.round_metrics) == ["utility", "num_success"]
     assert float(metrics["utility"]) == float(one.utility)
     assert int(metrics["num_success"]) == int(one.num_success)
-    assert set(ENV.provides) == set(fb._fields) | {
-        "available_pairs",  # the observation's `available`, per (client, ES) pair
-        "context",
-        "cost",
-        "budget",
-        "success_prob",
-        "success_now",
-        "success_prob_context",
-    }
+    # The observation's `available` is provided as `available_pairs`: per (client, ES) pair.
+    pairs = set(Observation._fields) - {"available"} | {"available_pairs"}
+    assert set(ENV.provides) == set(fb._fields) | pairs
 
 
 def test_selection_out_of_coverage_fails():
@@ -788,4 +773,4 @@ def test_context_table_is_built_once_and_follows_context_dim():
     with pytest.raises(ValueError, match="context_table is for context_dim=2"):
         ENV.observation(state, base.replace(context_dim=4))
     with pytest.raises(ValueError, match="context_table is missing"):
-        ENV.observation(state, HflParams())
+        ENV.observation(state, base.replace(context_table=None))

@@ -18,17 +18,12 @@ import pytest
 from jfl import cli
 from jfl.envs import RbcsfEnv, WirelessEnv
 from jfl.envs.wireless import make_params
-from jfl.experiments import cs_ucb, regret
-from jfl.experiments.cs_ucb import (
-    BetaRhoGrid,
-    CsUcbIdeal,
-    CsUcbQDelay,
-    CsUcbQFairness,
+from jfl.experiments import regret, regret_curves
+from jfl.experiments.cs_ucb import BetaRhoGrid, CsUcbIdeal, CsUcbQDelay, CsUcbQFairness
+from jfl.experiments.regret_curves import add_gap_curves, performance_gap, regret_metrics
+from jfl.experiments.wireless import (
     FairnessPreset,
-    add_gap_curves,
     check_scenarios,
-    performance_gap,
-    regret_metrics,
     scenario_vectors,
     seed_benchmarks,
     seed_layouts,
@@ -424,7 +419,7 @@ def test_ideal_end_to_end(ideal_run):
             "ylabel": ylabel,
             "policies": ["cs_ucb"],
         }
-        for name, (_, ylabel) in cs_ucb.GAP_CURVES.items()
+        for name, (_, ylabel) in regret_curves.GAP_CURVES.items()
     }
     gap = {
         "title": f"Gap at T = {ROUNDS} vs channels N (Xia Fig. 3)",
@@ -461,9 +456,9 @@ def test_fairness_end_to_end(fairness_run):
     policies = ["cs_ucb_q", "cs_ucb_q", "modified_cs_ucb"]
     figures = {
         f"{name}_vs_round": {
-            "title": f"{cs_ucb.GAP_CURVES[name][1]} ({caption})",
+            "title": f"{regret_curves.GAP_CURVES[name][1]} ({caption})",
             "xlabel": "round",
-            "ylabel": cs_ucb.GAP_CURVES[name][1],
+            "ylabel": regret_curves.GAP_CURVES[name][1],
             "lines": 3,
             "policies": policies,
         }

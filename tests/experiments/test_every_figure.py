@@ -37,7 +37,7 @@ from jfl.experiments import (
     VBetaGrid,
 )
 from jfl.experiments.common import with_queue_rate
-from jfl.experiments.cs_ucb import add_scenario, add_scenario_vectors
+from jfl.experiments.wireless import add_scenario, add_scenario_vectors
 from jfl.sweep import config_table
 from tests.experiments.test_figures import reduced
 

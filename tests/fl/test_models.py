@@ -278,13 +278,23 @@ def conv(k: int, c_in: int, c_out: int) -> int:
     return k * k * c_in * c_out + c_out
 
 
+def fedcor_cnn_parameters(channels: int, side: int, classes: int) -> int:
+    """FedCor's CNN: three 3×3 convolutions (32, 64, 64), the last one's ``side``×``side``×64
+    outputs into a dense layer of 64, then the head."""
+    return (
+        conv(3, channels, 32)
+        + conv(3, 32, 64)
+        + conv(3, 64, 64)
+        + dense(side * side * 64, 64)
+        + dense(64, classes)
+    )
+
+
 PAPER_COUNTS = {
     # 784 inputs → 64 → 30 → 10
     "fedcor_mlp": 784 * 64 + 64 + 64 * 30 + 30 + 30 * 10 + 10,
     # 32 → conv 30 → pool 15 → conv 13 → pool 6 → conv 4: 4·4·64 dense inputs
-    "fedcor_cnn": (
-        conv(3, 3, 32) + conv(3, 32, 64) + conv(3, 64, 64) + dense(4 * 4 * 64, 64) + dense(64, 10)
-    ),
+    "fedcor_cnn": fedcor_cnn_parameters(3, 4, 10),
     # 28 → 14 → 7 ("same" convolutions): 7·7·64 dense inputs
     "mcmahan_cnn": conv(5, 1, 32) + conv(5, 32, 64) + dense(7 * 7 * 64, 512) + dense(512, 10),
     # 28 → 14 → 7 (LEAF's "same" convolutions): 7·7·64 dense inputs, 62 classes
@@ -330,27 +340,9 @@ def test_paper_model_parameter_count(name):
             conv(5, 1, 32) + conv(5, 32, 64) + dense(4 * 4 * 64, 512) + dense(512, K),
         ),
         # 32 → 32 → 16 → 16 → 8 → 8: 8·8·64 inputs
-        (
-            "fedcor_cnn",
-            (32, 32, 3),
-            "same",
-            conv(3, 3, 32)
-            + conv(3, 32, 64)
-            + conv(3, 64, 64)
-            + dense(8 * 8 * 64, 64)
-            + dense(64, K),
-        ),
+        ("fedcor_cnn", (32, 32, 3), "same", fedcor_cnn_parameters(3, 8, K)),
         # FedCor's CNN on Fashion-MNIST: 28 → 26 → 13 → 11 → 5 → 3
-        (
-            "fedcor_cnn",
-            (28, 28, 1),
-            "valid",
-            conv(3, 1, 32)
-            + conv(3, 32, 64)
-            + conv(3, 64, 64)
-            + dense(3 * 3 * 64, 64)
-            + dense(64, K),
-        ),
+        ("fedcor_cnn", (28, 28, 1), "valid", fedcor_cnn_parameters(1, 3, K)),
         # LEAF keeps its own padding whatever is asked
         (
             "leaf_cnn",

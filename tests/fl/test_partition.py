@@ -92,6 +92,24 @@ def assert_valid(p: Partition, n: int, num_clients: int) -> None:
     assert np.unique(used).size == used.size  # each sample at most once
 
 
+def assert_is_the_loop(p: Partition, expected, n: int, num_clients: int) -> None:
+    """``p`` is a valid partition whose clients hold ``expected``'s indices (a reference
+    loop's), in its order."""
+    assert_valid(p, n, num_clients)
+    for got, want in zip(client_indices(p), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def assert_partition_is_the_loop(name, expected, labels, num_clients, draw_seed, **options):
+    """The partition ``name`` drawn from ``draw_seed``, by its function and by
+    ``make_partition``, is the reference loop's ``expected`` (``assert_is_the_loop``)."""
+    rng = np.random.default_rng(draw_seed)
+    p = PARTITIONS[name](labels, num_clients, rng, **options)
+    assert_is_the_loop(p, expected, labels.size, num_clients)
+    q = make_partition(name, labels, num_clients, draw_seed, **options)
+    np.testing.assert_array_equal(q.indices, p.indices)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("name", sorted(PARTITIONS))
 def test_partitions_are_valid(name, case):
@@ -395,9 +413,7 @@ def test_dirichlet_by_class_min_samples_is_the_plain_redraw_loop(seed, monkeypat
                 dirichlet_by_class(*args, min_samples=k)
             continue
         p = dirichlet_by_class(*args, min_samples=k)
-        assert_valid(p, labels.size, num_clients)
-        for got, want in zip(client_indices(p), expected, strict=True):
-            np.testing.assert_array_equal(got, want)
+        assert_is_the_loop(p, expected, labels.size, num_clients)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -666,12 +682,9 @@ def test_shards_is_the_plain_loop(seed):
         labels, num_clients, per = random_shards_instance(rng)
         draw_seed = int(rng.integers(2**31))
         expected = shards_loop(labels, num_clients, per, np.random.default_rng(draw_seed))
-        p = shards(labels, num_clients, np.random.default_rng(draw_seed), shards_per_client=per)
-        assert_valid(p, labels.size, num_clients)
-        for got, want in zip(client_indices(p), expected, strict=True):
-            np.testing.assert_array_equal(got, want)
-        q = make_partition("shards", labels, num_clients, draw_seed, shards_per_client=per)
-        np.testing.assert_array_equal(q.indices, p.indices)
+        assert_partition_is_the_loop(
+            "shards", expected, labels, num_clients, draw_seed, shards_per_client=per
+        )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -812,12 +825,9 @@ def test_natural_is_the_plain_loop(seed):
         labels, groups, num_clients = random_groups_instance(rng)
         draw_seed = int(rng.integers(2**31))
         expected = natural_loop(num_clients, groups, np.random.default_rng(draw_seed))
-        p = natural(labels, num_clients, np.random.default_rng(draw_seed), groups=groups)
-        assert_valid(p, labels.size, num_clients)
-        for got, want in zip(client_indices(p), expected, strict=True):
-            np.testing.assert_array_equal(got, want)
-        q = make_partition("natural", labels, num_clients, draw_seed, groups=groups)
-        np.testing.assert_array_equal(q.indices, p.indices)
+        assert_partition_is_the_loop(
+            "natural", expected, labels, num_clients, draw_seed, groups=groups
+        )
 
 
 @pytest.mark.parametrize("seed", range(3))

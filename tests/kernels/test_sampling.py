@@ -2,10 +2,10 @@
 
 Each law is checked on R draws (one vmapped program per sampler) against probabilities computed
 independently: by enumerating every order of successive draws (``gumbel_top_k``), the π it is
-given (``systematic_sample``), R·m·p (``sample_with_replacement``) and a plain capping loop
-(``capped_inclusion``). The tolerance is Z_MAX binomial standard errors of R draws: with the
-fixed seeds below, a correct sampler stays within it; a wrong law (k·p for successive sampling,
-say) is off by tens of them.
+given (``systematic_sample``), R·m·p (``sample_with_replacement``), a uniform share of the
+slots left (``fill_uniformly``) and a plain capping loop (``capped_inclusion``). The tolerance
+is Z_MAX binomial standard errors of R draws: with the fixed seeds below, a correct sampler
+stays within it; a wrong law (k·p for successive sampling, say) is off by tens of them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jfl.kernels.sampling import (
     capped_inclusion,
     clustered_buckets,
     draw_per_bucket,
+    fill_uniformly,
     gumbel_top_k,
     sample_with_replacement,
     systematic_sample,
@@ -97,6 +98,20 @@ def test_gumbel_top_k_is_successive_sampling(p):
     # More than there are available: all of them, the zero-probability one included.
     picked = np.asarray(draws(keys(3)[:50], logits, jnp.asarray(available), N))
     np.testing.assert_array_equal(picked, np.broadcast_to(available, picked.shape))
+
+
+def test_fill_uniformly_keeps_the_picked_and_draws_the_rest_uniformly():
+    """The picked clients stay; k − |picked| more come uniformly from the available rest (each
+    with probability (k − |picked|)/#rest); fewer available than slots: all of them."""
+    draws = jax.jit(jax.vmap(fill_uniformly, in_axes=(0, None, None, None)))
+    picked = jnp.asarray([True, False, False, False, False, False])
+    available = jnp.asarray([True, True, False, True, True, True])
+    filled = np.asarray(draws(keys(7), picked, available, K))
+    assert filled[:, 0].all() and not filled[:, 2].any() and (filled.sum(axis=1) == K).all()
+    rest = np.asarray(available & ~picked)
+    assert_frequencies(filled[:, rest], np.full(rest.sum(), (K - 1) / rest.sum()))
+    filled = np.asarray(draws(keys(8)[:50], picked, available, N))
+    np.testing.assert_array_equal(filled, np.broadcast_to(np.asarray(available), filled.shape))
 
 
 def test_capped_inclusion_matches_the_plain_loop():
