@@ -7,7 +7,6 @@ python -m jfl v_beta_grid --help      # its flags
 
 from __future__ import annotations
 
-import difflib
 import sys
 
 
@@ -35,14 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         print(_listing(EXPERIMENTS))
         return 0
     name, flags = argv[0], argv[1:]
-    if name not in EXPERIMENTS:
-        close = difflib.get_close_matches(name, EXPERIMENTS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        fail(
-            "python -m jfl",
-            f"unknown experiment {name!r}{hint} (choose from {sorted(EXPERIMENTS)})",
-        )
-    return run_experiment(EXPERIMENTS[name], flags, prog=f"python -m jfl {name}")
+    try:
+        experiment = EXPERIMENTS.lookup(name)
+    except ValueError as err:
+        fail("python -m jfl", str(err))
+    return run_experiment(experiment, flags, prog=f"python -m jfl {name}")
 
 
 if __name__ == "__main__":

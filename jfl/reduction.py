@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jfl.envs.base import CLIENT, EVAL, ROUND
 from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
+from jfl.outputs import CLIENT, EVAL, ROUND
 from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, Bounds
 from jfl.trackers import QUEUE_RATE
 

@@ -150,75 +150,31 @@ def make_run(
     eval_every = _check_run(env, env_params, num_rounds, env_hparams, learner, eval_every)
     signals = tuple(getattr(policy, "signals", ()))
     check_signals(signals, learner)
-    before = tuple(name for name in signals if name not in ROUND_SIGNALS)
-    after = tuple(name for name in signals if name in ROUND_SIGNALS)
     trackers = tuple(trackers)
-    declared = output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers)
-    extra_names = [name for name in declared if name not in CORE_OUTPUTS]
+    setup = _Setup(
+        env=env,
+        env_params=env_params,
+        policy=policy,
+        num_rounds=num_rounds,
+        trajectories=trajectories,
+        env_hparams=env_hparams,
+        learner=learner,
+        eval_every=eval_every,
+        trackers=trackers,
+        before=tuple(name for name in signals if name not in ROUND_SIGNALS),
+        after=tuple(name for name in signals if name in ROUND_SIGNALS),
+        declared=output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers),
+    )
 
     def run(key, hparams, data=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)
         params = env_params
         if env_hparams:
             params = env_params.replace(**{name: hparams[name] for name in env_hparams})
-        obs, env_state = env.reset(k_reset, params)
-        chex.assert_rank(obs.available, {1, 2})  # shape-only, at trace time
-        num_clients = obs.available.shape[0]
-        training, k_train = None, None
-        if learner is not None:
-            # split(·, 3)[:2] == split(·, 2): the probe keys change no earlier draw.
-            k_model, k_train, k_probe = jax.random.split(k_learn[0], 3)
-            training = _initial_training(learner.init(k_model, data, hparams))
-        carry = Carry(
-            obs=obs,
-            env_state=env_state,
-            policy_state=policy.init(k_init, hparams),
-            count=jnp.zeros(num_clients, jnp.int32),
-            tracked=tuple(tracker.init(num_clients, hparams) for tracker in trackers),
-            training=training,
+        carry, k_train, k_probe = _initial_carry(
+            setup, params, k_reset, k_init, k_learn, data, hparams
         )
-
-        def one_round(carry: Carry, xs) -> tuple[Carry, dict]:
-            k_select, k_step, t, *k_learner = xs
-            seen, values = carry.obs, {}
-            if signals:
-                if before:
-                    model = carry.training.model
-                    values = learner.signals(k_learner[1], model, data, hparams, before)
-                seen = LearnerObservation(carry.obs, values)
-            action, weight = _split(policy.select(k_select, carry.policy_state, seen, hparams))
-            action = action & carry.obs.available  # a policy bug must not leak into metrics
-            next_obs, env_state, feedback = env.step(k_step, carry.env_state, action, params)
-            chex.assert_shape(feedback.round_time, ())
-            # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
-            selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
-            tracked = tuple(
-                tracker.update(state, selected, t, hparams)
-                for tracker, state in zip(trackers, carry.tracked, strict=True)
-            )
-            per_round = {
-                "round_time": feedback.round_time,
-                "num_selected": jnp.sum(selected, dtype=jnp.int32),
-                **_recorded(trackers, tracked, "record"),
-                **_round_metrics(env, feedback, num_clients),
-            }
-            training = carry.training
-            if training is not None:
-                delivered = env.delivered(action, feedback)
-                training, learned, round_signals = _train_round(
-                    learner, training, k_learner[0], action, delivered, weight,
-                    feedback.round_time, t, data, hparams,
-                )  # fmt: skip
-                per_round.update(learned)
-                if after:
-                    after_round = {name: round_signals[name] for name in after}
-                    seen = LearnerObservation(carry.obs, {**values, **after_round})
-            policy_state = policy.update(carry.policy_state, seen, action, feedback, hparams)
-            if trajectories:
-                per_round.update(selected=selected, **_recorded(trackers, tracked, "trace"))
-            count = carry.count + selected
-            return Carry(next_obs, env_state, policy_state, count, tracked, training), per_round
-
+        one_round = functools.partial(_one_round, setup, params, data, hparams)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
         keys = jax.random.split(k_rounds, (num_rounds, 2))
         rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
@@ -230,19 +186,107 @@ def make_run(
             carry, recorded = _scan_with_evaluation(
                 one_round, carry, xs, learner, data, num_rounds, eval_every
             )
-        recorded.update(_recorded(trackers, carry.tracked, "final"))
-        recorded["nonfinite_round"] = first_nonfinite_round(
-            recorded, declared, num_rounds, eval_every or num_rounds
-        )
-        return RunOutput(
-            round_time=recorded["round_time"],
-            num_selected=recorded["num_selected"],
-            selection_count=carry.count,
-            # An OrderedDict keeps the declared order through jit (a dict's keys come back sorted).
-            extras=collections.OrderedDict((name, recorded[name]) for name in extra_names),
-        )
+        return _run_output(setup, carry, recorded)
 
     return run
+
+
+class _Setup(NamedTuple):
+    """What ``make_run`` fixes once for every run it returns (static, never traced)."""
+
+    env: Environment
+    env_params: Any
+    policy: Policy
+    num_rounds: int
+    trajectories: bool
+    env_hparams: tuple[str, ...]
+    learner: Any  # None without federated training
+    eval_every: int | None
+    trackers: tuple[Tracker, ...]
+    before: tuple[str, ...]  # learner signals the policy reads before selecting
+    after: tuple[str, ...]  # round signals its update reads after the round's training
+    declared: dict[str, Metric]  # every output of the run
+
+
+def _initial_carry(s: _Setup, params, k_reset, k_init, k_learn, data, hparams):
+    """The scan's first carry, and the learner's training and probe keys (None without one)."""
+    obs, env_state = s.env.reset(k_reset, params)
+    chex.assert_rank(obs.available, {1, 2})  # shape-only, at trace time
+    num_clients = obs.available.shape[0]
+    training, k_train, k_probe = None, None, None
+    if s.learner is not None:
+        # split(·, 3)[:2] == split(·, 2): the probe keys change no earlier draw.
+        k_model, k_train, k_probe = jax.random.split(k_learn[0], 3)
+        training = _initial_training(s.learner.init(k_model, data, hparams))
+    carry = Carry(
+        obs=obs,
+        env_state=env_state,
+        policy_state=s.policy.init(k_init, hparams),
+        count=jnp.zeros(num_clients, jnp.int32),
+        tracked=tuple(tracker.init(num_clients, hparams) for tracker in s.trackers),
+        training=training,
+    )
+    return carry, k_train, k_probe
+
+
+def _one_round(s: _Setup, params, data, hparams, carry: Carry, xs) -> tuple[Carry, dict]:
+    """One round: the policy selects, the environment steps, the trackers and the learner
+    follow, the policy learns; returns the next carry and the round's recorded values."""
+    k_select, k_step, t, *k_learner = xs
+    seen, values = carry.obs, {}
+    if s.before or s.after:
+        if s.before:
+            values = s.learner.signals(k_learner[1], carry.training.model, data, hparams, s.before)
+        seen = LearnerObservation(carry.obs, values)
+    action, weight = _split(s.policy.select(k_select, carry.policy_state, seen, hparams))
+    action = action & carry.obs.available  # a policy bug must not leak into metrics
+    next_obs, env_state, feedback = s.env.step(k_step, carry.env_state, action, params)
+    chex.assert_shape(feedback.round_time, ())
+    # An action is bool[N], or bool[N, M] for client-to-server assignments (hfl).
+    selected = action if action.ndim == 1 else jnp.any(action, axis=-1)
+    tracked = tuple(
+        tracker.update(state, selected, t, hparams)
+        for tracker, state in zip(s.trackers, carry.tracked, strict=True)
+    )
+    per_round = {
+        "round_time": feedback.round_time,
+        "num_selected": jnp.sum(selected, dtype=jnp.int32),
+        **_recorded(s.trackers, tracked, "record"),
+        **_round_metrics(s.env, feedback, carry.count.shape[0]),
+    }
+    training = carry.training
+    if training is not None:
+        delivered = s.env.delivered(action, feedback)
+        training, learned, round_signals = _train_round(
+            s.learner, training, k_learner[0], action, delivered, weight,
+            feedback.round_time, t, data, hparams,
+        )  # fmt: skip
+        per_round.update(learned)
+        if s.after:
+            after_round = {name: round_signals[name] for name in s.after}
+            seen = LearnerObservation(carry.obs, {**values, **after_round})
+    policy_state = s.policy.update(carry.policy_state, seen, action, feedback, hparams)
+    if s.trajectories:
+        per_round.update(selected=selected, **_recorded(s.trackers, tracked, "trace"))
+    count = carry.count + selected
+    return Carry(next_obs, env_state, policy_state, count, tracked, training), per_round
+
+
+def _run_output(s: _Setup, carry: Carry, recorded: dict) -> RunOutput:
+    """The run's outputs: the recorded rounds, the trackers' final values, its health."""
+    recorded.update(_recorded(s.trackers, carry.tracked, "final"))
+    recorded["nonfinite_round"] = first_nonfinite_round(
+        recorded, s.declared, s.num_rounds, s.eval_every or s.num_rounds
+    )
+    return RunOutput(
+        round_time=recorded["round_time"],
+        num_selected=recorded["num_selected"],
+        selection_count=carry.count,
+        # An OrderedDict keeps the declared order through jit (a dict's keys come back sorted).
+        extras=collections.OrderedDict(
+            (name, recorded[name]) for name in s.declared if name not in CORE_OUTPUTS
+        ),
+    )
 
 
 def first_nonfinite_round(

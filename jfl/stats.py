@@ -14,7 +14,7 @@ class Bounds(NamedTuple):
 
     A mean over seeds of values in the range is in the range; a Student-t interval around it
     need not be (with few seeds it is wide), so intervals and bands are clipped to it
-    (:meth:`clip`). Declared with the quantity, by name: ``jfl.envs.base.Metric`` (per-round
+    (:meth:`clip`). Declared with the quantity, by name: ``jfl.outputs.Metric`` (per-round
     and per-client outputs), ``jfl.reduction.RunMetric`` and ``CURVES`` (per-run metrics and
     curves), ``jfl.results.ACCURACY_METRICS`` and an experiment's ``metric_bounds`` (its own
     metrics); ``jfl.results.declared_bounds`` gathers them.

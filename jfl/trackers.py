@@ -27,9 +27,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.envs.base import CLIENT, ROUND, Metric
 from jfl.kernels import virtual_queue_update
 from jfl.kernels.reduce import pairwise_mean
+from jfl.outputs import CLIENT, ROUND, Metric
+from jfl.registry import Registry
 from jfl.stats import NONNEGATIVE
 
 Hparams = Mapping[str, jax.Array]
@@ -117,5 +118,5 @@ def fairness_queue(rate: str = QUEUE_RATE) -> Tracker:
     return Tracker(outputs, trajectories, (rate,), init, update, record, trace, final)
 
 
-# Every tracker the library provides, by name (``jfl.results.to_dataset`` labels their outputs).
-TRACKERS: dict[str, Callable[..., Tracker]] = {"fairness_queue": fairness_queue}
+# Every tracker the library provides, by name.
+TRACKERS: Registry[Callable[..., Tracker]] = Registry("tracker", {"fairness_queue": fairness_queue})

@@ -533,7 +533,7 @@ def test_first_nonfinite_round_against_a_loop():
     the rounds on random instances: per-round outputs at their round, evaluations at the
     round they follow, other outputs at round T; integer outputs never; NaN in an output
     declared ``missing`` not at all (±inf there does); -1 where none."""
-    from jfl.envs.base import Metric
+    from jfl.outputs import Metric
     from jfl.runner import first_nonfinite_round
 
     rng = np.random.default_rng(0)

@@ -1,18 +1,18 @@
 """Pure client simulators with explicit ``params``/``state`` pytrees (gymnax style)."""
 
 from jfl.envs import channel, hfl, rbcsf, volatile, wireless
-from jfl.envs.base import Environment, Metric
+from jfl.envs.base import Environment
 from jfl.envs.hfl import HflEnv, HflParams, HflState
 from jfl.envs.rbcsf import Feedback, Observation, RbcsfEnv, RbcsfParams, RbcsfState
 from jfl.envs.volatile import VolatileEnv, VolatileParams, VolatileState
 from jfl.envs.wireless import WirelessEnv, WirelessParams, WirelessState
+from jfl.outputs import Metric  # what environments declare their metrics with
+from jfl.registry import Registry
 
-ENVIRONMENTS: dict[str, type[Environment]] = {
-    "rbcsf": RbcsfEnv,
-    "wireless": WirelessEnv,
-    "hfl": HflEnv,
-    "volatile": VolatileEnv,
-}
+ENVIRONMENTS: Registry[type[Environment]] = Registry(
+    "environment",
+    {"rbcsf": RbcsfEnv, "wireless": WirelessEnv, "hfl": HflEnv, "volatile": VolatileEnv},
+)
 
 
 __all__ = [

@@ -27,8 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Outputs' dims and declarations live in jfl.outputs; environments' modules import them here too.
-from jfl.outputs import CLIENT, EVAL, ROUND, Metric  # noqa: F401
+from jfl.outputs import ROUND, Metric
 
 
 def client_classes(num_clients: int, num_classes: int) -> np.ndarray:

@@ -62,12 +62,13 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs import channel
-from jfl.envs.base import Environment, Metric
+from jfl.envs.base import Environment
 from jfl.envs.hfl_context import (
     ContextTable,
     context_table,
     success_probability_context,
 )
+from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE
 
 __all__ = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +20,6 @@ import numpy as np
 from flax import struct
 
 from jfl.envs import channel
-
-if TYPE_CHECKING:
-    from jfl.envs.hfl import HflParams
 
 # Tabulation of the context-aware probability p(φ) (``context_table``). The errors these sizes
 # leave are measured against the quadrature of ``jfl.reference.numpy_hfl`` in the tests.
@@ -258,7 +254,7 @@ def _log_ratio_from_table(values, start, step, position, shift):
     return jnp.where(local > 1, beyond, within)
 
 
-def success_probability_context(rate, computation, bandwidth, distance, params: HflParams):
+def success_probability_context(rate, computation, bandwidth, distance, params):
     """The COCS Oracle's ``p(φ) = E[X | φ]`` (§IV-A), f[..., N, M] (coverage not applied).
 
     ``φ`` is what the context is computed from: the download rate ``rate = b c_DT`` (Mbit/s,
@@ -267,7 +263,8 @@ def success_probability_context(rate, computation, bandwidth, distance, params: 
     Everything else is integrated out under the environment's distributions: the bandwidth and
     distance (D = 2), the shadowing, the download fading (through its posterior given the rate)
     and the uplink fading. ``p = 0`` when the slack ``deadline − a/rate − q/y ≤ 0``. Read from
-    ``params.context_table`` (see ``context_table``); the deadline may be traced.
+    ``params.context_table`` (``params``: the environment's ``jfl.envs.hfl.HflParams``; see
+    ``context_table``); the deadline may be traced.
     """
     table = params.context_table
     if table is None:

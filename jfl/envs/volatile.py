@@ -27,7 +27,8 @@ import numpy as np
 from flax import struct
 
 from jfl.checks import in_range
-from jfl.envs.base import Environment, Metric, client_classes
+from jfl.envs.base import Environment, client_classes
+from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE
 
 # §VI of the paper: four equal classes of clients with these success rates, K = 100, k = 20.

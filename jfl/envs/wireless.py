@@ -32,7 +32,8 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs import channel
-from jfl.envs.base import Environment, Metric
+from jfl.envs.base import Environment
+from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 
 # The paper's round deadline (§V-A: "the maximal interval τ_max = 5 seconds"). With its other

@@ -12,25 +12,29 @@ from jfl.experiments.fl import FlCocs, FlCsUcbIdeal, FlCsUcbQ, FlRbcsf
 from jfl.experiments.power_of_choice import PowDQuadratic
 from jfl.experiments.rbcsf import VBetaGrid
 from jfl.experiments.selection import FlSelection
+from jfl.registry import Registry
 
-EXPERIMENTS = {
-    config.name: config
-    for config in (
-        VBetaGrid,
-        CsUcbIdeal,
-        CsUcbQFairness,
-        CsUcbQDelay,
-        BetaRhoGrid,
-        CocsHfl,
-        E3csClasses,
-        FlRbcsf,
-        FlCsUcbIdeal,
-        FlCsUcbQ,
-        FlCocs,
-        FlSelection,
-        PowDQuadratic,
-    )
-}
+EXPERIMENTS: Registry[type] = Registry(
+    "experiment",
+    {
+        config.name: config
+        for config in (
+            VBetaGrid,
+            CsUcbIdeal,
+            CsUcbQFairness,
+            CsUcbQDelay,
+            BetaRhoGrid,
+            CocsHfl,
+            E3csClasses,
+            FlRbcsf,
+            FlCsUcbIdeal,
+            FlCsUcbQ,
+            FlCocs,
+            FlSelection,
+            PowDQuadratic,
+        )
+    },
+)
 
 __all__ = [
     "EXPERIMENTS",

@@ -25,7 +25,8 @@ from jfl.cli import Floats, Names
 from jfl.fl.data import DATASETS, Dataset
 from jfl.fl.models import MODELS, PADDINGS
 from jfl.fl.partition import Partition, federated_data
-from jfl.fl.train import AGGREGATIONS, bytes_per_fl_run, model_footprint
+from jfl.fl.train import AGGREGATIONS, EVAL_BATCH
+from jfl.sweep import bytes_per_fl_run, model_footprint
 
 # SeedSequence([--partition-seed, WRITERS_STREAM]) spawns FEMNIST's per-writer split and the
 # writer sample, streams apart from the partitions'.
@@ -244,6 +245,7 @@ class FederatedTraining:
                 num_servers=num_servers,
                 num_rounds=rounds,
                 num_clients=num_clients,
+                eval_batch=EVAL_BATCH,
             ),
             data_bytes=data_bytes(data),
             per_config={

@@ -40,6 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jfl.fl.hub import HUB_DATASETS, DatasetError, read_hub_dataset
+
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "femnist")
 # The datasets read from the user's files in their original formats (IDX, CIFAR pickles).
 FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
@@ -85,10 +87,6 @@ _IDX_LABELS_MAGIC = 0x00000801  # uint8, 1 dimension (n,)
 _CIFAR_PIXELS = 32 * 32 * 3
 
 
-class DatasetError(ValueError):
-    """An unknown dataset name, or a dataset file that is missing or corrupt."""
-
-
 class Dataset(NamedTuple):
     name: str  # one of DATASETS
     x_train: np.ndarray  # u8[n, H, W, C] pixel values 0–255, or f32 in [0, 1] (digits)
@@ -124,8 +122,6 @@ def load_dataset(
     if name in FILE_DATASETS and data_dir is not None and not _has_parquet(data_dir):
         files = {"mnist": load_mnist, "fashion_mnist": load_fashion_mnist, "cifar10": load_cifar10}
         return files[name](data_dir)
-    from jfl.fl.hub import HUB_DATASETS, read_hub_dataset
-
     arrays = read_hub_dataset(name, data_dir, download=download, cache_dir=cache_dir)
     x, y, groups = arrays.splits["train"]
     num_classes = HUB_DATASETS[name].num_classes

@@ -23,7 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jfl.fl.data import DatasetError
+
+class DatasetError(ValueError):
+    """An unknown dataset name, or a dataset file that is missing or corrupt."""
 
 
 class HubDataset(NamedTuple):

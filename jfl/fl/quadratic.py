@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfl import checks
-from jfl.envs.base import EVAL, Metric
 from jfl.kernels.reduce import pairwise_sum
+from jfl.outputs import EVAL, Metric
 from jfl.stats import NONNEGATIVE
 
 AGGREGATIONS = ("uniform", "data_size")

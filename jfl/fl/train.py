@@ -68,8 +68,8 @@ class Learner(NamedTuple):
     # ``provides`` names every signal the learner computes, the round signals included.
     signals: Callable[..., dict] | None = None
     provides: tuple[str, ...] = ()
-    # What ``evaluate`` returns, name -> ``jfl.envs.base.Metric`` of dims ("eval",), which the
-    # runner records (``jfl.runner.learner_outputs``); None: test accuracy and loss.
+    # What ``evaluate`` returns, name -> ``jfl.outputs.Metric`` of dims ("eval",), which the
+    # runner records (``jfl.outputs.learner_outputs``); None: test accuracy and loss.
     evaluations: Mapping[str, Any] | None = None
     # Whether a run's numbers are the same bits in a batch of any shape (elementwise sums only,
     # as the quadratic's); a model's matrix products are not, so a sweep of such a learner
@@ -457,39 +457,3 @@ def pixels(x: jax.Array) -> jax.Array:
     if x.dtype == jnp.uint8:
         return x.astype(jnp.float32) / 255
     return x
-
-
-def model_footprint(model, sample_shape) -> tuple[int, int]:
-    """(parameters, activation floats per sample) of ``model``, from shapes only."""
-
-    def init(x):
-        _, variables = model.init_with_output(jax.random.key(0), x, capture_intermediates=True)
-        return variables
-
-    variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
-    params = variables["params"]
-    intermediates = variables.get("intermediates", {})
-    num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
-    activations = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(intermediates))
-    return num_params, max(activations, int(np.prod(sample_shape)))
-
-
-def bytes_per_fl_run(
-    num_params: int,
-    activations: int,
-    *,
-    slots: int,
-    batch_size: int,
-    num_servers: int,
-    num_rounds: int,
-    num_clients: int,
-) -> int:
-    """Rough upper bound of the memory one (configuration, seed) training run needs."""
-    from jfl import sweep
-
-    models = num_params * (4 * slots + 3 * num_servers + 4)  # start, trained, grads, averages
-    training = 3 * activations * batch_size * slots  # forward and backward activations
-    evaluation = activations * EVAL_BATCH
-    selection = sweep.bytes_per_run(num_rounds, num_clients, slots, False)
-    # float32, ×2 for XLA temporaries, plus the selection run's own footprint.
-    return 2 * 4 * (models + max(training, evaluation)) + selection

@@ -114,7 +114,7 @@ def seed_band(
 
     x = ds[dim].to_numpy()
     if bounds is None:
-        bounds = UNBOUNDED if transform is not None else bounds_of(variable)
+        bounds = UNBOUNDED if transform is not None else bounds_of(variable, ds=ds)
     if has_runs(ds, variable):
         samples = ds[variable].sel(config=config).transpose("seed", dim).to_numpy()
         if transform is not None:

@@ -70,7 +70,7 @@ def plot_over_rounds(
         raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
     varying = varying_hparams(ds) if varying is None else varying
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
-    bounds = bounds_of(variable) if bounds is None else Bounds(*bounds)
+    bounds = bounds_of(variable, ds=ds) if bounds is None else Bounds(*bounds)
     cumsum = None
     if cumulative:
         bounds = bounds.cumulative()
@@ -119,11 +119,11 @@ def plot_pull_record(
             if not runs:
                 stats = ds["pull_record_band"].sel(config=config)
                 mean, variance = stats.sel(stat="mean"), stats.sel(stat="var")
-                bounds = bounds_of("pull_record")
+                bounds = bounds_of("pull_record", ds=ds)
                 band_from_stats(ax, x, mean, variance, ds.sizes["seed"], bounds=bounds, **style)
                 continue
             counts = ds["selection_count"].sel(config=config).transpose("seed", "client")
-            bounds = bounds_of("selection_count")
+            bounds = bounds_of("selection_count", ds=ds)
             band(ax, x, np.sort(counts.to_numpy(), axis=1), method=method, bounds=bounds, **style)
     _finish(
         axes, groups, "client (sorted by pull count)",
@@ -208,7 +208,7 @@ def plot_accuracy(
     varying = varying_hparams(ds, exclude=exclude)
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     rounds = ds["eval"].to_numpy()
-    bounds = bounds_of(variable)
+    bounds = bounds_of(variable, ds=ds)
     legend_title = band_title(ds, variable, method)
     fig, axes = line_figure([[labels[i] for i in g] for g in groups], legend_title)
     target = ds.attrs.get("target_accuracy") if variable == "accuracy" else None

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfl.checks import describe_range, in_range
+from jfl.registry import Registry
 
 # Per-client signals of the global model that a federated learner computes each round, f[N]
 # (``jfl.fl.train.local_signals``): what policies may read besides the environment's fields.
@@ -278,20 +279,17 @@ def check_signals(signals, learner, who: str = "the policy") -> None:
         raise ValueError(f"{who} reads {missing}, which the run's learner does not compute")
 
 
-REGISTRY: dict[str, PolicySpec] = {}
+REGISTRY: Registry[PolicySpec] = Registry("policy")
 
 
 def register(spec: PolicySpec) -> PolicySpec:
     """Add ``spec`` to the registry (replacing one of the same name) and return it."""
-    REGISTRY[spec.name] = spec
-    return spec
+    return REGISTRY.register(spec.name, spec)
 
 
 def get(name: str) -> PolicySpec:
     """The registered spec ``name`` (ValueError listing the registered ones otherwise)."""
-    if name not in REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; choose from {sorted(REGISTRY)}")
-    return REGISTRY[name]
+    return REGISTRY.lookup(name)
 
 
 def readers(hparam: str) -> list[str]:

@@ -34,6 +34,7 @@ from jfl.sweep._memory import (
     CPU_MEMORY_BUDGET,
     IN_FLIGHT,
     auto_chunk_size,
+    bytes_per_fl_run,
     bytes_per_run,
     check_chunk_fits,
     chunk_size,
@@ -41,6 +42,7 @@ from jfl.sweep._memory import (
     format_bytes,
     free_memory,
     memory_budget_bytes,
+    model_footprint,
 )
 from jfl.sweep._policy_grid import PolicyGrid, run_policy_grid
 
@@ -63,6 +65,7 @@ __all__ = [
     "as_stored",
     "auto_chunk_size",
     "balanced_chunk_size",
+    "bytes_per_fl_run",
     "bytes_per_run",
     "check_chunk_fits",
     "check_writable",
@@ -74,6 +77,7 @@ __all__ = [
     "free_memory",
     "group_chunk_size",
     "memory_budget_bytes",
+    "model_footprint",
     "policy_groups",
     "policy_hparams",
     "read_manifest",

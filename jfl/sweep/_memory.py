@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from jfl.kernels.selection import SMALL_POOL_MAX
 from jfl.sweep._chunks import round_up
@@ -22,6 +24,42 @@ def bytes_per_run(
     pairwise = num_clients * min(num_clients, SMALL_POOL_MAX)
     working = 4 * (24 * num_clients + 8 * pairwise + 2 * num_clients * selection_size)
     return 2 * (outputs + working)  # ×2: double-buffered outputs and XLA temporaries
+
+
+def model_footprint(model, sample_shape) -> tuple[int, int]:
+    """(parameters, activation floats per sample) of ``model``, from shapes only."""
+
+    def init(x):
+        _, variables = model.init_with_output(jax.random.key(0), x, capture_intermediates=True)
+        return variables
+
+    variables = jax.eval_shape(init, jax.ShapeDtypeStruct((1, *sample_shape), jnp.float32))
+    params = variables["params"]
+    intermediates = variables.get("intermediates", {})
+    num_params = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+    activations = sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(intermediates))
+    return num_params, max(activations, int(np.prod(sample_shape)))
+
+
+def bytes_per_fl_run(
+    num_params: int,
+    activations: int,
+    *,
+    slots: int,
+    batch_size: int,
+    num_servers: int,
+    num_rounds: int,
+    num_clients: int,
+    eval_batch: int,
+) -> int:
+    """Rough upper bound of the memory one (configuration, seed) training run needs, with the
+    test set evaluated ``eval_batch`` samples at a time (``jfl.fl.local.EVAL_BATCH``)."""
+    models = num_params * (4 * slots + 3 * num_servers + 4)  # start, trained, grads, averages
+    training = 3 * activations * batch_size * slots  # forward and backward activations
+    evaluation = activations * eval_batch
+    selection = bytes_per_run(num_rounds, num_clients, slots, False)
+    # float32, ×2 for XLA temporaries, plus the selection run's own footprint.
+    return 2 * 4 * (models + max(training, evaluation)) + selection
 
 
 # Chunks on the device at once: one computing while the previous one is fetched.

@@ -36,7 +36,7 @@ from jfl.fl.models import (
     min_input_size,
     num_parameters,
 )
-from jfl.fl.train import model_footprint
+from jfl.sweep import model_footprint
 
 SHAPES = [(8, 8, 1), (28, 28, 1), (32, 32, 3)]
 SIDE_AFTER_POOLS = {

@@ -18,14 +18,13 @@ import numpy as np
 import pytest
 
 from jfl.envs import RbcsfEnv
-from jfl.envs.base import Metric
 from jfl.fl.quadratic import (
     EVALUATIONS,
     QuadraticData,
     make_instance,
     make_quadratic_learner,
 )
-from jfl.outputs import output_dims
+from jfl.outputs import Metric, output_dims
 from jfl.policies import Policy, Selection, get
 from jfl.reference import numpy_quadratic as ref
 from jfl.runner import make_run
