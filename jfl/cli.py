@@ -29,7 +29,8 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from jfl import sweep
+from jfl import driver, sweep
+from jfl.policies import readers
 
 # Exit status of a sweep stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
@@ -284,8 +285,6 @@ def _policy_sections(config_type) -> dict[str, tuple[str, ...]]:
     """The hyperparameter fields of ``config_type`` that policies read, by "<policies>
     hyperparameters" title; readers among the experiment's default policies (or methods)
     where it has such (``alpha`` is RBCS-F's in an RBCS-F sweep, not LinUCB's too)."""
-    from jfl.policies import readers
-
     chosen = getattr(config_type, "policies", None) or getattr(config_type, "methods", ())
     chosen = chosen if isinstance(chosen, tuple | list) else ()
     sections: dict[str, tuple[str, ...]] = {}
@@ -376,8 +375,6 @@ def _plain(line: str) -> str:
 
 def main(config_type, argv=None, prog: str | None = None) -> int:
     """Parse, check and run one experiment from the command line; print its summary."""
-    from jfl import driver
-
     prog = prog or Path(sys.argv[0]).name
     config = parse(config_type, argv, prog)
     try:

@@ -17,6 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from jfl.outputs import CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, Metric
+from jfl.reduction import BAND_STATS, CURVES, RUN_METRICS, run_metric_names
 from jfl.stats import NONNEGATIVE, UNBOUNDED, UNIT_INTERVAL, Bounds, interval, jain_index
 from jfl.trackers import QUEUE_RATE
 
@@ -76,8 +77,6 @@ def to_dataset(
     if "client" in sizes:
         coords["client"] = np.arange(sizes["client"])
     if "stat" in sizes:
-        from jfl.reduction import BAND_STATS
-
         coords["stat"] = list(BAND_STATS)
     for column in configs.columns:
         values = configs[column].to_numpy()
@@ -88,17 +87,19 @@ def to_dataset(
             values = values.astype(float)
         coords[column] = ("config", values)
     ds = xr.Dataset(data_vars, coords=coords)
-    if metrics:
-        ds.attrs[BOUNDS_ATTR] = _bounds_json(metrics)
-    return ds
+    return declare(ds, metrics) if metrics else ds
 
 
 # The dataset attribute holding the declared ranges of its outputs (JSON: name -> [low, high]).
 BOUNDS_ATTR = "output_bounds"
 
 
-def _bounds_json(metrics: Mapping[str, Metric]) -> str:
-    return strict_json({name: list(m.bounds) for name, m in metrics.items()}, sort_keys=True)
+def declare(ds: xr.Dataset, metrics: Mapping[str, Metric]) -> xr.Dataset:
+    """``ds`` with the ranges of the outputs ``metrics`` declares (a run's
+    ``jfl.outputs.output_metrics``) kept in its attributes, where :func:`declared_bounds` reads
+    them: what ``to_dataset`` does, for a dataset built otherwise."""
+    stored = {name: list(m.bounds) for name, m in metrics.items()}
+    return ds.assign_attrs({BOUNDS_ATTR: strict_json(stored, sort_keys=True)})
 
 
 def output_bounds(ds: xr.Dataset) -> dict[str, Bounds]:
@@ -120,7 +121,6 @@ def declared_bounds(
     By name, not as an attribute of the arrays: xarray keeps attributes through arithmetic, so
     a regret computed as a difference of utilities would inherit their ≥ 0.
     """
-    from jfl.reduction import CURVES, RUN_METRICS
 
     tables = [CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, RUN_METRICS, CURVES]
     known = {}
@@ -156,7 +156,6 @@ def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
     [config, client]. ``extra(ds) -> {name: DataArray}`` adds an experiment's own metrics
     (regret, utility, …) after these.
     """
-    from jfl.reduction import run_metric_names
 
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds

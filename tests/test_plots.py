@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from jfl import plots
+from jfl import plots, results
 from jfl.results import summarize
+from jfl.trackers import fairness_queue
 from tests.helpers import axes_summary, check_figure, read_back_png
 
 CONFIGS, SEEDS, ROUNDS, CLIENTS = 3, 4, 8, 3
@@ -317,6 +318,8 @@ def test_a_reduced_band_asked_for_a_bootstrap_says_it_is_student_t(tmp_path):
         {"queue_mean_band": (("config", "stat", "round"), np.stack([mean, var], 1))},
         coords={"config": [0], "seed": [0, 1, 2], "round": [1, 2, 3], "stat": ["mean", "var"]},
     ).assign_coords(policy=("config", ["rbcsf"]))
+    # The fairness queue's outputs, declared as a run that keeps it declares them.
+    ds = results.declare(ds, fairness_queue().outputs)
     fig = plots.plot_over_rounds(ds, "queue_mean", "Z", tmp_path / "q.png", "q", method="bootstrap")
     title = fig.axes[0].get_legend().get_title().get_text()
     assert title.startswith("95% Student-t bands, 3 seeds") and "not bootstrap" in title

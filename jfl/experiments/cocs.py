@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from jfl import checks
+from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
+from jfl.envs.hfl import PRESETS, HflEnv, preset_params
 from jfl.experiments.common import (
     check_hparams,
     check_policies,
@@ -25,6 +26,7 @@ from jfl.experiments.common import (
     list_defaults,
     plot_point,
 )
+from jfl.policies import REGISTRY
 from jfl.stats import NONNEGATIVE, Bounds
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
@@ -119,7 +121,6 @@ class HflScenario(Experiment):
 
     def scenario(self) -> dict[str, list[float]]:
         """Budgets and deadlines (the preset's when not given)."""
-        from jfl.envs.hfl import PRESETS
 
         preset = PRESETS[self.preset]
         return {
@@ -129,7 +130,6 @@ class HflScenario(Experiment):
 
     def environment_params(self, **overrides):
         """The ``hfl`` environment and its preset parameters for this sweep, then ``overrides``."""
-        from jfl.envs.hfl import HflEnv, preset_params
 
         params = preset_params(
             self.preset, num_clients=self.clients, num_servers=self.servers, **overrides
@@ -187,8 +187,6 @@ class CocsHfl(HflScenario):
         check_hparams(self.policies, {"h_T": self.h_T, "z": self.z})
 
     def plan(self) -> Plan:
-        from jfl import sweep
-
         scenario = self.scenario()
         configs = sweep.config_table(
             self.policies, {"h_T": list(self.h_T), "z": list(self.z)}, shared=scenario
@@ -217,7 +215,6 @@ class CocsHfl(HflScenario):
     def plot_axes(self) -> dict[str, list[float]]:
         """Budget, deadline and COCS's h_T and z: the per-round figures draw every policy at
         one point of them."""
-        from jfl.policies import REGISTRY
 
         axes = self.scenario()
         # Unknown policies are refused by check_policies, after the base checks that call this.
@@ -228,9 +225,6 @@ class CocsHfl(HflScenario):
         return axes
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-        from jfl.envs.hfl import PRESETS
-
         # The defaults: the preset's budget and deadline, h_T and z's.
         preset = PRESETS[self.preset]
         defaults = {"budget": preset["budget"], "deadline": preset["deadline"]}

@@ -9,12 +9,15 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from jfl import checks
+from jfl.envs import ENVIRONMENTS
+from jfl.plots import symbol, varying_hparams
+from jfl.policies import REGISTRY, get, readers
+
 
 def check_policies(names: Sequence[str], environment: str, trains: bool = False) -> None:
     """Registered, distinct policies that can run on ``environment`` (``--policies`` errors);
     without federated training (``trains``) none may read a learner's signals."""
-    from jfl.envs import ENVIRONMENTS
-    from jfl.policies import REGISTRY
 
     if not names:
         raise ValueError("--policies: give at least one policy")
@@ -41,8 +44,6 @@ def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -
 
     A hyperparameter no listed policy reads is not range-checked (it is not used either).
     """
-    from jfl import checks
-    from jfl.policies import get
 
     for name, grid in values.items():
         checks.distinct(f"--{name.replace('_', '-')}", list(grid))
@@ -61,7 +62,6 @@ def check_read(
     """ValueError naming the first swept hyperparameter set away from its default (``values``
     against ``defaults``) that none of ``policies`` reads, and the policies that would; those
     in ``read_anyway`` are read by the experiment itself (e.g. a queue rate)."""
-    from jfl.policies import get, readers
 
     for name, grid in values.items():
         if name in read_anyway or tuple(grid) == tuple(defaults.get(name, grid)):
@@ -82,7 +82,6 @@ def with_queue_rate(configs: pd.DataFrame, target: float) -> pd.DataFrame:
     A policy with a rate of its own (``PolicySpec.queue_rate``: RBCS-F's β) is measured against
     that rate, so that its queue is its own; every other policy against ``target``.
     """
-    from jfl.policies import get
 
     rates = np.full(len(configs), float(target))
     for i, name in enumerate(configs["policy"]):
@@ -126,7 +125,6 @@ def figure_slice(
     configuration that does not use the hyperparameter (NaN) stays. The subtitle names every
     value held and where it comes from.
     """
-    from jfl.plots import symbol, varying_hparams
 
     chosen = np.ones(ds.sizes["config"], bool)
     if policies is not None:
@@ -178,7 +176,6 @@ def figure_slice(
 
 def plot_point(config) -> dict[str, float]:
     """``config``'s ``--plot-at`` as ``{axis: value}`` (values as the grid holds them)."""
-    from jfl import checks
 
     if not config.plot_at:
         return {}

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from jfl import checks
+from jfl import checks, plots
 from jfl.cli import Floats, Names
 from jfl.driver import Plan
 from jfl.experiments.common import check_hparams, plot_point
@@ -32,7 +32,9 @@ from jfl.experiments.wireless import (
     seed_benchmarks,
     to_dataset,
 )
+from jfl.policies import get
 from jfl.stats import NONNEGATIVE, Bounds
+from jfl.sweep import config_table
 
 __all__ = [
     "BetaRhoGrid",
@@ -99,8 +101,6 @@ class CsUcbIdeal(WirelessScenario):
         )
 
     def configs(self) -> pd.DataFrame:
-        from jfl.sweep import config_table
-
         sizes = sorted({int(n) for n in self.N})
         configs = config_table(self.policies, {}, shared={"N": sizes})
         # One compiled program per (policy, N): group rows that way.
@@ -118,8 +118,6 @@ class CsUcbIdeal(WirelessScenario):
         return {"N": sorted({float(int(n)) for n in self.N})}
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-
         sizes = ds["N"].to_numpy()
         shown_n = self.fig1_channels if self.fig1_channels in sizes else int(sizes.max())
         shown_n = int(plot_point(self).get("N", shown_n))
@@ -138,33 +136,23 @@ class CsUcbIdeal(WirelessScenario):
             )
 
 
-@dataclasses.dataclass(frozen=True)
-class FairnessScenario(WirelessScenario):
-    """CS-UCB-Q on the wireless ``fairness`` preset (Xia et al. §V-C), its regret measured against
-    r* of LP (23) for each configuration's c (App. D).
+def check_fairness_preset(experiment) -> None:
+    """The checks CsUcbQFairness and BetaRhoGrid share: the ``fairness`` preset (Xia et al.
+    §V-C) and the Monte Carlo samples of μ_k."""
+    experiment.preset.check(experiment.clients)
+    checks.integer("--mc-samples", experiment.mc_samples)
 
-    A subclass declares ``mc_samples`` (Monte Carlo samples for μ_k) after its own fields: a
-    field's place in the class is its flag's place in ``--help``.
-    """
 
-    clients: int = 3
-    preset: Fairness = FAIRNESS_PRESET
-    """the fairness scenario: channels, distances, availability"""
-    beta: Floats = (1e-5, 1e-3, 0.01, 0.1)
-    """CS-UCB-Q weight β in [0, 1]"""
-
-    def check(self) -> None:
-        super().check()
-        self.preset.check(self.clients)
-        checks.integer("--mc-samples", self.mc_samples)
-
-    def plan(self) -> Plan:
-        params = self.preset.params(self)
-        return self.regret_plan(params, self.configs(), benchmark="lp", mc_samples=self.mc_samples)
+def fairness_plan(experiment) -> Plan:
+    """CsUcbQFairness' and BetaRhoGrid's plan: CS-UCB-Q on the ``fairness`` preset, its regret
+    measured against r* of LP (23) for each configuration's c (Xia et al. App. D)."""
+    params = experiment.preset.params(experiment)
+    configs = experiment.configs()
+    return experiment.regret_plan(params, configs, benchmark="lp", mc_samples=experiment.mc_samples)
 
 
 @dataclasses.dataclass(frozen=True)
-class CsUcbQFairness(FairnessScenario):
+class CsUcbQFairness(WirelessScenario):
     """CS-UCB-Q for several β against modified CS-UCB (Xia et al. §V-C, Figs. 4–5).
 
     Per-round selections are stored by default (K is small): they give Fig. 5's fractions.
@@ -175,6 +163,11 @@ class CsUcbQFairness(FairnessScenario):
     """
 
     policies: Names = ("cs_ucb_q", "modified_cs_ucb")
+    clients: int = 3
+    preset: Fairness = FAIRNESS_PRESET
+    """the fairness scenario: channels, distances, availability"""
+    beta: Floats = (1e-5, 1e-3, 0.01, 0.1)
+    """CS-UCB-Q weight β in [0, 1]"""
     fairness: Floats = (0.6, 0.5, 0.4)
     """fairness vector c, each in [0, 1): one value or one per client"""
     mc_samples: int = 200_000
@@ -192,13 +185,15 @@ class CsUcbQFairness(FairnessScenario):
 
     def check(self) -> None:
         super().check()
+        check_fairness_preset(self)
         fairness = checks.per_client("--fairness", self.fairness, self.clients)
         checks.in_range("--fairness values c_k", fairness, 0.0, 1.0, high_open=True)
         check_hparams(self.policies, {"beta": self.beta})
 
-    def configs(self) -> pd.DataFrame:
-        from jfl.sweep import config_table
+    def plan(self) -> Plan:
+        return fairness_plan(self)
 
+    def configs(self) -> pd.DataFrame:
         return config_table(self.policies, {"beta": list(self.beta)}, shared={"N": [self.preset.N]})
 
     def fairness_vectors(self, configs):
@@ -208,8 +203,6 @@ class CsUcbQFairness(FairnessScenario):
         )
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-
         caption = f"Xia Fig. 4, τ_max = {ds.attrs['tau_max']:g} s"
         plot_gap_curves(ds, folder, ("cumulative_gap", "average_gap"), caption, method=self.ci)
         if "selected" in ds:
@@ -217,7 +210,7 @@ class CsUcbQFairness(FairnessScenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class BetaRhoGrid(FairnessScenario):
+class BetaRhoGrid(WirelessScenario):
     """CS-UCB-Q over a β × ρ grid with c_k = ρ s_k / Σ s, many seeds (an extension of §V-C).
 
     The ``fairness`` scenario with dataset sizes s = (1500, 1000, 500): ρ scales how many rounds
@@ -230,7 +223,11 @@ class BetaRhoGrid(FairnessScenario):
     """
 
     policies: Names = ("cs_ucb_q",)
+    clients: int = 3
+    preset: Fairness = FAIRNESS_PRESET
+    """the fairness scenario: channels, distances, availability"""
     beta: Floats = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5)
+    """CS-UCB-Q weight β in [0, 1]"""
     rho: Floats = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
     """fairness scale ρ ≥ 0"""
     samples: Floats = (1500.0, 1000.0, 500.0)
@@ -248,14 +245,16 @@ class BetaRhoGrid(FairnessScenario):
 
     def check(self) -> None:
         super().check()
+        check_fairness_preset(self)
         checks.in_range("--rho", self.rho, 0.0)
         checks.distinct("--rho", self.rho)
         check_hparams(self.policies, {"beta": self.beta})
         checks.positive("--samples", checks.per_client("--samples", self.samples, self.clients))
 
-    def configs(self) -> pd.DataFrame:
-        from jfl.sweep import config_table
+    def plan(self) -> Plan:
+        return fairness_plan(self)
 
+    def configs(self) -> pd.DataFrame:
         return config_table(
             self.policies,
             {"beta": list(self.beta)},
@@ -269,8 +268,6 @@ class BetaRhoGrid(FairnessScenario):
         )
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-
         for policy in summary["policy"].unique():
             grid = summary[summary["policy"] == policy]
             if grid["beta"].nunique() < 2 or grid["rho"].nunique() < 2:
@@ -347,8 +344,6 @@ class CsUcbQDelay(WirelessScenario):
 
     def configs(self) -> pd.DataFrame:
         """The configuration table: every policy × β per channel count N (ρ for CS-UCB-Q)."""
-        from jfl.policies import get
-        from jfl.sweep import config_table
 
         sizes = sorted({int(n) for n in self.N})
         fair = [p for p in self.policies if "fairness" in get(p).hparams]
@@ -384,8 +379,6 @@ class CsUcbQDelay(WirelessScenario):
         }
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-
         if summary["N"].nunique() > 1:
             plots.plot_metric_vs(
                 summary,

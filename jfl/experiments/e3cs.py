@@ -19,9 +19,10 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from jfl import checks
+from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
+from jfl.envs import VolatileEnv
 from jfl.envs.base import client_classes
 from jfl.experiments.common import check_hparams, check_policies
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
@@ -30,7 +31,6 @@ from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
 def e3cs_configs(policies, sigma, eta, inc_switch: int | None) -> pd.DataFrame:
     """One row per configuration: every policy, E3CS once per σ share and, with
     ``inc_switch``, once more as E3CS-inc (``switch`` = that round, σ then ignored)."""
-    from jfl import sweep
 
     configs = sweep.config_table(policies, {"sigma": list(sigma), "eta": list(eta)})
     configs["switch"] = np.where(configs["policy"] == "e3cs", 0.0, np.nan)
@@ -156,9 +156,6 @@ class E3csClasses(Experiment):
         return max(1, self.rounds // 4) if self.inc else None
 
     def plan(self) -> Plan:
-        from jfl import sweep
-        from jfl.envs import VolatileEnv
-
         env = VolatileEnv()
         params = env.default_params(
             num_clients=self.clients,
@@ -182,8 +179,6 @@ class E3csClasses(Experiment):
         return class_metrics(ds, len(self.success_rates), self.m)
 
     def figures(self, ds, summary, folder) -> None:
-        from jfl import plots
-
         columns = [name for name in ("policy", "sigma", "eta", "switch") if name in ds.coords]
         configs = ds.coords.to_dataset()[columns].to_dataframe()
         labels = dict(zip(ds["config"].to_numpy(), method_labels(configs), strict=True))
@@ -225,7 +220,6 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     """Each configuration's selection fraction per class (mean and interval over seeds), with
     E3CS's fairness floor as a tick where it has one; the classes named with their success
     rates ρ (``success_rates``, one per class), the methods by :func:`method_labels`."""
-    from jfl import plots
 
     num_classes = len(success_rates)
 

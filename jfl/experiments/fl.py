@@ -21,16 +21,20 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.driver import Plan
+from jfl.envs.wireless import WirelessEnv
 from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
 from jfl.experiments.rbcsf import RbcsfScenario
+from jfl.experiments.regret import check_fairness
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
-    FederatedExperiment,
+    FederatedFigures,
     FederatedTraining,
     Training,
 )
 from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
+from jfl.policies import get
+from jfl.sweep import config_table
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.
@@ -47,7 +51,6 @@ QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10)
 
 def slots_of(num_clients: int):
     """``slots(policy, size)``: the most clients a policy may select in a round."""
-    from jfl.policies import get
 
     return lambda policy, size: get(policy).max_selected(num_clients, size)
 
@@ -70,7 +73,7 @@ def rbcsf_federated_plan(scenario: RbcsfScenario, configs, dataset, partitions) 
 
 
 @dataclasses.dataclass(frozen=True)
-class FlRbcsf(FederatedExperiment, RbcsfScenario):
+class FlRbcsf(RbcsfScenario):
     """Federated training with RBCS-F, Random and FedCS(3) selecting the clients (Huang §6.2).
 
     The ``rbcsf`` latency environment (N = 40 clients, m = 8 a round) decides the round times;
@@ -98,14 +101,19 @@ class FlRbcsf(FederatedExperiment, RbcsfScenario):
     out: str = "runs/fl_rbcsf"
 
     name: ClassVar[str] = "fl_rbcsf"
-    title: ClassVar[str] = "RBCS-F §6.2"
-    figure_columns: ClassVar[tuple[str, ...]] = ("gamma1", "learning_rate")
+    trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    figure_set: ClassVar[FederatedFigures] = FederatedFigures(
+        "RBCS-F §6.2", ("gamma1", "learning_rate")
+    )
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy gamma1 learning_rate V gamma2".split(),
         *ACCURACY_COLUMNS,
     )
 
     read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
+
+    def figures(self, ds, summary, folder) -> None:
+        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -140,8 +148,6 @@ class FlRbcsf(FederatedExperiment, RbcsfScenario):
         return partitions
 
     def plan(self) -> Plan:
-        from jfl.sweep import config_table
-
         configs = config_table(
             self.policies,
             self.grid(),
@@ -167,7 +173,7 @@ class FlRbcsf(FederatedExperiment, RbcsfScenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbIdeal(FederatedExperiment, WirelessScenario):
+class FlCsUcbIdeal(WirelessScenario):
     """Federated training with CS-UCB and its baselines choosing the clients (Xia Fig. 2).
 
     The ideal scenario of §V-B: K = 20 always-available clients in a 500 m disc (a fresh layout
@@ -203,11 +209,15 @@ class FlCsUcbIdeal(FederatedExperiment, WirelessScenario):
     out: str = "runs/fl_cs_ucb"
 
     name: ClassVar[str] = "fl_cs_ucb"
-    title: ClassVar[str] = "CS-UCB (Xia Fig. 2)"
+    trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    figure_set: ClassVar[FederatedFigures] = FederatedFigures("CS-UCB (Xia Fig. 2)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy learning_rate failed_clients".split(),
         *ACCURACY_COLUMNS,
     )
+
+    def figures(self, ds, summary, folder) -> None:
+        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -215,8 +225,6 @@ class FlCsUcbIdeal(FederatedExperiment, WirelessScenario):
         self.training.check(self.rounds)
 
     def plan(self) -> Plan:
-        from jfl.envs.wireless import WirelessEnv
-
         configs = self.training.config_table(self.policies, {})
         dataset = self.training.load_data()
         partition = self.training.partition("iid", dataset.y_train, self.clients)
@@ -228,7 +236,7 @@ class FlCsUcbIdeal(FederatedExperiment, WirelessScenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCsUcbQ(FederatedExperiment, WirelessScenario):
+class FlCsUcbQ(WirelessScenario):
     """Federated training with CS-UCB-Q and its baselines choosing the clients (Xia Fig. 6).
 
     K = 10 clients on N = 4 channels of the ``wireless`` environment; two clients hold samples
@@ -265,11 +273,15 @@ class FlCsUcbQ(FederatedExperiment, WirelessScenario):
     out: str = "runs/fl_cs_ucb_q"
 
     name: ClassVar[str] = "fl_cs_ucb_q"
-    title: ClassVar[str] = "CS-UCB-Q (Xia Fig. 6)"
+    trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    figure_set: ClassVar[FederatedFigures] = FederatedFigures("CS-UCB-Q (Xia Fig. 6)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy beta learning_rate min_selection_rate max_rate_violation".split(),
         *ACCURACY_COLUMNS,
     )
+
+    def figures(self, ds, summary, folder) -> None:
+        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -280,9 +292,6 @@ class FlCsUcbQ(FederatedExperiment, WirelessScenario):
         self.training.check(self.rounds)
 
     def plan(self) -> Plan:
-        from jfl.envs.wireless import WirelessEnv
-        from jfl.experiments.regret import check_fairness
-
         configs = self.training.config_table(self.policies, {"beta": list(self.beta)})
         dataset = self.training.load_data()
         partition = self.training.partition(
@@ -327,7 +336,7 @@ class FlCsUcbQ(FederatedExperiment, WirelessScenario):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlCocs(FederatedExperiment, HflScenario):
+class FlCocs(HflScenario):
     """Hierarchical federated training with COCS and its baselines choosing the clients (Qu
     Table II and Fig. 4a).
 
@@ -353,11 +362,15 @@ class FlCocs(FederatedExperiment, HflScenario):
     out: str = "runs/fl_cocs"
 
     name: ClassVar[str] = "fl_cocs"
-    title: ClassVar[str] = "COCS (Qu Fig. 4a)"
+    trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    figure_set: ClassVar[FederatedFigures] = FederatedFigures("COCS (Qu Fig. 4a)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy budget deadline learning_rate success_per_round".split(),
         *ACCURACY_COLUMNS,
     )
+
+    def figures(self, ds, summary, folder) -> None:
+        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()

@@ -26,10 +26,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from jfl import checks
+from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
-from jfl.stats import NONNEGATIVE
+from jfl.envs import RbcsfEnv
+from jfl.fl.quadratic import gap, make_instance, make_quadratic_learner, optimum
+from jfl.stats import NONNEGATIVE, Bounds
 
 METHODS = ("rand", "pow_d", "cpow_d", "rpow_d", "adapow_d")
 # The registered policy that runs each method.
@@ -171,7 +173,6 @@ class PowDQuadratic(Experiment):
 
     def instance(self):
         """The fixed instance (``jfl.fl.quadratic.QuadraticData``, float32)."""
-        from jfl.fl.quadratic import make_instance
 
         return make_instance(
             self.instance_seed,
@@ -184,10 +185,6 @@ class PowDQuadratic(Experiment):
         )
 
     def plan(self) -> Plan:
-        from jfl import sweep
-        from jfl.envs import RbcsfEnv
-        from jfl.fl.quadratic import gap, make_quadratic_learner, optimum
-
         configs = self.configs()
         data = self.instance()
         env = RbcsfEnv()
@@ -255,9 +252,6 @@ def write_figures(ds, folder, title: str, method: str = "t") -> None:
     one line per configuration, on a linear and on a log scale (the paper's Fig. 2 and the
     reproduction's two panels)."""
     from matplotlib import colormaps
-
-    from jfl import plots
-    from jfl.stats import Bounds
 
     policy = ds["policy"].to_numpy()
     d, switch = ds["d"].to_numpy(), ds["switch"].to_numpy()

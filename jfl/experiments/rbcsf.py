@@ -12,9 +12,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from jfl import checks
+from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
+from jfl.envs import RbcsfEnv
+from jfl.envs.rbcsf import ETA_BASES, bandit_bounds
 from jfl.experiments.common import (
     check_hparams,
     check_policies,
@@ -24,6 +26,7 @@ from jfl.experiments.common import (
     plot_point,
     with_queue_rate,
 )
+from jfl.policies import REGISTRY
 from jfl.trackers import fairness_queue
 
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")
@@ -76,8 +79,6 @@ class RbcsfScenario(Experiment):
 
     def environment_params(self):
         """The ``rbcsf`` environment and its parameters for this sweep."""
-        from jfl.envs import RbcsfEnv
-        from jfl.envs.rbcsf import ETA_BASES
 
         env = RbcsfEnv()
         return env, env.default_params(
@@ -88,7 +89,6 @@ class RbcsfScenario(Experiment):
 
     def bandit_hparams(self, params) -> dict[str, float]:
         """RBCS-F's Lemma-1 R, S, L for ``params`` (used by its ``lemma1`` schedule)."""
-        from jfl.envs.rbcsf import bandit_bounds
 
         bounds = bandit_bounds(params)
         return {
@@ -128,8 +128,6 @@ class VBetaGrid(RbcsfScenario):
         checks.positive("--lam", self.lam)
 
     def plan(self) -> Plan:
-        from jfl import sweep
-
         env, params = self.environment_params()
         fixed = {"lam": self.lam, **self.bandit_hparams(params)}
         configs = sweep.config_table(self.policies, self.grid(), fixed=fixed)
@@ -146,7 +144,6 @@ class VBetaGrid(RbcsfScenario):
 
     def plot_axes(self) -> dict[str, list[float]]:
         """RBCS-F's β and α: the figures draw a line per V at one (β, α)."""
-        from jfl.policies import REGISTRY
 
         # Unknown policies are refused by check_policies, after the base checks that call this.
         specs = [REGISTRY[policy] for policy in self.policies if policy in REGISTRY]
@@ -171,7 +168,6 @@ def write_figures(ds, summary, folder, point=None, defaults=None, ci="t") -> Non
     middle of the grid, named under the title. The heatmaps average over α unless ``point``
     fixes it, and say which. ``ci``: the interval of the bands (``--ci``).
     """
-    from jfl import plots
 
     point = dict(point or {})
     defaults = dict(defaults or {})

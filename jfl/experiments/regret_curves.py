@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jfl import plots
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
@@ -75,7 +76,6 @@ def plot_gap_curves(
 ) -> None:
     """``<name>_vs_round.png`` for each of ``names`` (keys of ``GAP_CURVES``), with bands
     (``method``: their interval, ``--ci``)."""
-    from jfl import plots
 
     curves = add_gap_curves(ds)
     for name in names:

@@ -25,11 +25,12 @@ from jfl.experiments.fl import rbcsf_federated_plan
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
-    FederatedExperiment,
+    FederatedFigures,
     FederatedTraining,
     Training,
 )
 from jfl.stats import NONNEGATIVE, Bounds
+from jfl.sweep import config_table
 
 # Every §10 method (the first group, then the update- and gradient-aware second), then the seed
 # papers' methods runnable on ``rbcsf``.
@@ -72,7 +73,7 @@ SELECTION_TRAINING = FederatedTraining(lr=(0.3,), eval_every=5, target_accuracy=
 
 
 @dataclasses.dataclass(frozen=True)
-class FlSelection(FederatedExperiment, RbcsfScenario):
+class FlSelection(RbcsfScenario):
     """Every client-selection method on one federated task, with bands over seeds.
 
     N = 100 clients of the ``rbcsf`` latency environment (four speed classes, 80% available a
@@ -138,9 +139,10 @@ class FlSelection(FederatedExperiment, RbcsfScenario):
 
     name: ClassVar[str] = "fl_selection"
     metric_bounds: ClassVar[Mapping[str, Bounds]] = {"final_test_loss": NONNEGATIVE}
-    title: ClassVar[str] = "Client selection methods"
-    figure_columns: ClassVar[tuple[str, ...]] = ("split", "learning_rate")
-    figure_variables: ClassVar[tuple[str, ...]] = ("accuracy", "test_loss")
+    trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    figure_set: ClassVar[FederatedFigures] = FederatedFigures(
+        "Client selection methods", ("split", "learning_rate"), ("accuracy", "test_loss")
+    )
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy aggregation split d sigma V".split(),
         *ACCURACY_COLUMNS,
@@ -150,6 +152,9 @@ class FlSelection(FederatedExperiment, RbcsfScenario):
     read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
     # ``--setting``'s configs (``SETTINGS``, below the class).
     presets: ClassVar[Mapping[str, FlSelection]] = {}
+
+    def figures(self, ds, summary, folder) -> None:
+        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         if self.setting and self.setting not in self.presets:
@@ -247,8 +252,6 @@ class FlSelection(FederatedExperiment, RbcsfScenario):
         return partitions
 
     def plan(self) -> Plan:
-        from jfl.sweep import config_table
-
         splits = self.splits()
         configs = config_table(
             self.policies, self.grid(), shared=self.training.columns(len(splits))

@@ -15,18 +15,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated, ClassVar
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import tyro
 
-from jfl import checks
+from jfl import checks, plots
 from jfl.cli import Floats, Names
-from jfl.fl.data import DATASETS, Dataset
-from jfl.fl.models import MODELS, PADDINGS
-from jfl.fl.partition import Partition, federated_data
-from jfl.fl.train import AGGREGATIONS, EVAL_BATCH
-from jfl.sweep import bytes_per_fl_run, model_footprint
+from jfl.fl.data import DATASETS, Dataset, load_dataset, sample_groups
+from jfl.fl.models import CNN, MODELS, PADDINGS, check_input_shape, make_model
+from jfl.fl.partition import Partition, federated_data, make_partition
+from jfl.fl.train import AGGREGATIONS, EVAL_BATCH, make_learner
+from jfl.policies import get
+from jfl.sweep import bytes_per_fl_run, config_table, model_footprint
 
 # SeedSequence([--partition-seed, WRITERS_STREAM]) spawns FEMNIST's per-writer split and the
 # writer sample, streams apart from the partitions'.
@@ -124,7 +125,6 @@ class FederatedTraining:
     def config_table(self, policies, swept, shared=None):
         """``jfl.sweep.config_table`` with the training scenario's columns (one partition) after
         ``shared``'s, then :meth:`with_aggregation`."""
-        from jfl.sweep import config_table
 
         table = config_table(policies, swept, shared={**(shared or {}), **self.columns()})
         return self.with_aggregation(table)
@@ -135,7 +135,6 @@ class FederatedTraining:
         (``PolicySpec.aggregation``), and a policy with its own weights keeps them
         ("policy_weights") whatever is asked; rows that resolve alike are kept once. Call it
         before building arrays aligned with the configurations."""
-        from jfl.policies import get
 
         rows, resolved = [], []
         for row, policy in enumerate(configs["policy"]):
@@ -150,7 +149,6 @@ class FederatedTraining:
 
     def partition(self, name: str, labels, num_clients: int, **options) -> Partition:
         """``jfl.fl.make_partition`` of the training labels from ``--partition-seed``."""
-        from jfl.fl.partition import make_partition
 
         return make_partition(name, labels, num_clients, self.partition_seed, **options)
 
@@ -158,7 +156,6 @@ class FederatedTraining:
         """The dataset (``DatasetError``, a ValueError, if it cannot be read), FEMNIST's writers
         split and sampled (``--writers``) from ``--partition-seed``, checked against the model's
         smallest input."""
-        from jfl.fl.data import load_dataset, sample_groups
 
         # Streams of their own, apart from the partitions' (default_rng(--partition-seed)).
         split, sample = np.random.SeedSequence([self.partition_seed, WRITERS_STREAM]).spawn(2)
@@ -175,7 +172,6 @@ class FederatedTraining:
     def check_model_input(self, dataset: Dataset) -> None:
         """ValueError (one line) when ``--model`` with ``--padding`` cannot take the dataset's
         samples, e.g. a "valid" CNN on 8×8 digits."""
-        from jfl.fl.models import check_input_shape, make_model
 
         model = make_model(self.model, dataset.num_classes, self.padding)
         check_input_shape(model, dataset.x_train.shape[1:], dataset.name)
@@ -195,8 +191,6 @@ class FederatedTraining:
         ``aggregation`` columns: ``with_aggregation``) with the learner, the stacked data, the
         memory estimate and the accuracy variables; ``slots(policy, size)`` bounds the clients a
         policy can select in a round."""
-        from jfl.fl.models import CNN, check_input_shape, make_model
-        from jfl.fl.train import make_learner
 
         configs = plan.configs
         if "aggregation" not in configs:
@@ -306,23 +300,20 @@ def aggregation_codes(names) -> np.ndarray:
 Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
 
 
-class FederatedExperiment:
-    """What every federated experiment (``sweeps/fl_*.py``) shares: its policies may read the
-    learner's signals (``trains``), and its figures are :func:`write_figures`' curves of each of
-    ``figure_variables``, one figure per scenario of ``figure_columns``, titled with ``title``.
+class FederatedFigures(NamedTuple):
+    """A federated experiment's figures (``sweeps/fl_*.py``): :func:`write_figures`' curves of
+    each of ``variables``, one figure per scenario of ``columns``, titled with ``title``. An
+    experiment holds one as a class setting and its ``figures`` writes it (composed, so that
+    experiments stay a scenario and its one subclass)."""
 
-    A mixin before the experiment's scenario class (``class FlX(FederatedExperiment,
-    Scenario)``); it declares no field, so the flags keep their order.
-    """
+    title: str
+    columns: tuple[str, ...] = ("learning_rate",)
+    variables: tuple[str, ...] = ("accuracy",)
 
-    trains: ClassVar[bool] = True
-    title: ClassVar[str] = ""
-    figure_columns: ClassVar[tuple[str, ...]] = ("learning_rate",)
-    figure_variables: ClassVar[tuple[str, ...]] = ("accuracy",)
-
-    def figures(self, ds, summary, folder) -> None:
-        for variable in self.figure_variables:
-            write_figures(ds, folder, self.title, self.figure_columns, self.ci, variable)
+    def write(self, ds, folder, method: str = "t") -> None:
+        """Every variable's figures into ``folder``, bands by ``method`` (``--ci``)."""
+        for variable in self.variables:
+            write_figures(ds, folder, self.title, self.columns, method, variable)
 
 
 def write_figures(
@@ -336,7 +327,6 @@ def write_figures(
     """Accuracy (or another evaluation, ``variable``: ``test_loss``) vs round and vs
     wall-clock, one figure per scenario (partition × lr), every configuration of the scenario a
     line; ``method``: the interval of the bands (``--ci``)."""
-    from jfl import plots
 
     scenario = np.stack(
         [ds["partition"].to_numpy(), ds["learning_rate"].to_numpy()], axis=1

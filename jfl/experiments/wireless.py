@@ -19,11 +19,14 @@ import numpy as np
 import pandas as pd
 import tyro
 
-from jfl import checks
+from jfl import checks, results, sweep
 from jfl.cli import Floats, Names
 from jfl.driver import Experiment, Plan
+from jfl.envs.wireless import PAPER_TAU_MAX, WirelessEnv, make_params, reward_statistics
+from jfl.experiments import regret
 from jfl.experiments.common import check_policies
 from jfl.experiments.regret_curves import REGRET_BOUNDS, pseudo_regret_curve, regret_metrics
+from jfl.runner import run_keys, seed_keys
 from jfl.stats import Bounds
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
@@ -70,7 +73,6 @@ def scenario_vectors(
 
 def check_scenarios(configs: pd.DataFrame, fairness, availability, sizes) -> None:
     """``regret.check_fairness`` for every distinct (c, α, N); the error names the configuration."""
-    from jfl.experiments import regret
 
     seen = set()
     for row, (c, alpha, n) in enumerate(zip(fairness, availability, sizes, strict=True)):
@@ -88,8 +90,6 @@ def check_scenarios(configs: pd.DataFrame, fairness, availability, sizes) -> Non
 def seed_layouts(env, params, keys) -> np.ndarray:
     """Client distances [S, K] of the runs with these seed keys (as ``make_run`` resets them)."""
     import jax
-
-    from jfl.runner import run_keys
 
     return np.asarray(jax.vmap(lambda k: env.layout(run_keys(k)[0], params))(keys))
 
@@ -113,9 +113,6 @@ def seed_benchmarks(
     (explicit distances) are estimated and solved once.
     """
     import jax
-
-    from jfl.envs.wireless import reward_statistics
-    from jfl.experiments import regret
 
     if kind not in BENCHMARKS:
         raise ValueError(f"benchmark must be one of {BENCHMARKS}, got {kind!r}")
@@ -174,7 +171,6 @@ def add_scenario(
 
 def to_dataset(outputs, configs: pd.DataFrame, seeds, **scenario) -> xr.Dataset:
     """The runner's outputs labelled (``jfl.results.to_dataset``) plus :func:`add_scenario`."""
-    from jfl import results
 
     return add_scenario(results.to_dataset(outputs, configs, seeds), **scenario)
 
@@ -182,7 +178,6 @@ def to_dataset(outputs, configs: pd.DataFrame, seeds, **scenario) -> xr.Dataset:
 def tau_max_note(tau_max: float) -> str:
     """What the metadata says about τ_max: the paper's 5 s or not, and why
     (docs/decisions.md#cs-ucb-tau-max)."""
-    from jfl.envs.wireless import PAPER_TAU_MAX
 
     if tau_max == PAPER_TAU_MAX:
         return f"tau_max = {tau_max:g} s, the paper's (its rewards saturate: docs/decisions.md)"
@@ -221,7 +216,6 @@ class WirelessScenario(Experiment):
 
     def wireless_params(self, **overrides):
         """``make_params`` with this sweep's K, τ_max and coherence slots, then ``overrides``."""
-        from jfl.envs.wireless import make_params
 
         return make_params(
             self.clients,
@@ -234,8 +228,6 @@ class WirelessScenario(Experiment):
         """The plan of a wireless sweep whose configs have an ``N`` column: c [C, K] and α [C, K]
         per configuration, checked feasible first; every policy's fairness queue and rate
         violation are measured against c."""
-        from jfl import sweep
-        from jfl.envs.wireless import WirelessEnv
 
         sizes = configs["N"].to_numpy(int)
         check_scenarios(configs, fairness, availability, sizes)
@@ -274,7 +266,6 @@ class WirelessScenario(Experiment):
         """``scenario_plan`` with a regret benchmark per seed: μ(S*) of the best fixed set
         (``benchmark="best_set"``) or r* of LP (23) (``"lp"``), from ``mc_samples`` Monte Carlo
         samples of μ_k per layout; every run also reports μ(S(t)) from its seed's μ_k."""
-        from jfl.runner import seed_keys
 
         fairness, availability = self.fairness_vectors(configs)
         plan = self.scenario_plan(params, configs, fairness, availability)

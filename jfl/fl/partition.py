@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from jfl.fl.local import FederatedData
+
 if TYPE_CHECKING:
     from jfl.fl.data import Dataset
     from jfl.fl.local import FederatedData
@@ -551,8 +553,6 @@ def stack_clients(x, y, partition: Partition, pad_to: int | None = None) -> Clie
 def federated_data(dataset: Dataset, partitions: Sequence[Partition]) -> FederatedData:
     """Stack the clients' data of every partition, padded to one size, as device arrays."""
     import jax.numpy as jnp
-
-    from jfl.fl.local import FederatedData
 
     if not partitions:
         raise ValueError("give at least one partition")

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfl import checks
+from jfl.fl.train import Learner
 from jfl.kernels.reduce import pairwise_sum
 from jfl.outputs import EVAL, Metric
 from jfl.stats import NONNEGATIVE
@@ -129,7 +130,6 @@ def make_quadratic_learner(num_clients: int, *, local_steps: int = 2, aggregatio
     ``signals`` gives ``local_loss`` and ``minibatch_loss`` (both F_k(w): no samples to draw
     from) and ``data_size`` (p_k); ``step`` gives ``train_loss``; ``evaluate`` the ``gap``.
     """
-    from jfl.fl.train import Learner
 
     num_clients = checks.integer("num_clients", num_clients)
     local_steps = checks.integer("local_steps", local_steps)

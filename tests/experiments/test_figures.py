@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from jfl import plots
+from jfl import plots, results
+from jfl.envs import RbcsfEnv
 from jfl.experiments import CsUcbQFairness, VBetaGrid
+from jfl.outputs import output_metrics
 from jfl.results import summary_table
 from jfl.sweep import config_table
+from jfl.trackers import fairness_queue
 from tests.helpers import axes_summary, cli_fails, read_back_png, record_figures
 
 GRID = {"V": [0.0, 25.0, 50.0], "beta": [0.0, 0.15, 0.3], "alpha": [0.05, 0.1, 0.2]}
@@ -55,7 +58,9 @@ def reduced(grid, seed=0) -> xr.Dataset:
     }
     for name in configs.columns[1:]:
         coords[name] = ("config", configs[name].to_numpy(float))
-    return xr.Dataset(data, coords=coords)
+    # Declared as the driver's runs declare them: the fairness queue's and the runner's outputs.
+    declared = output_metrics(RbcsfEnv(), trackers=(fairness_queue(),))
+    return results.declare(xr.Dataset(data, coords=coords), declared)
 
 
 def draw(config, ds, tmp_path) -> dict:

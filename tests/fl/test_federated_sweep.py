@@ -17,7 +17,8 @@ from jfl.experiments.training import FederatedTraining, scenario_label, write_fi
 from jfl.fl.data import Dataset, load_digits
 from jfl.fl.models import make_model
 from jfl.fl.partition import federated_data, make_partition
-from jfl.fl.train import EVAL_BATCH, bytes_per_fl_run, model_footprint
+from jfl.fl.train import EVAL_BATCH
+from jfl.sweep import bytes_per_fl_run, model_footprint
 
 ROUNDS = 10
 
@@ -66,7 +67,9 @@ def test_model_footprint_of_logistic_regression():
 
 
 def test_bytes_per_fl_run_grows_with_slots_batch_and_model():
-    base = dict(slots=2, batch_size=10, num_servers=1, num_rounds=10, num_clients=8)
+    base = dict(
+        slots=2, batch_size=10, num_servers=1, num_rounds=10, num_clients=8, eval_batch=EVAL_BATCH
+    )
     small = bytes_per_fl_run(650, 64, **base)
     assert small > 0
     assert bytes_per_fl_run(650, 64, **{**base, "slots": 4}) > small

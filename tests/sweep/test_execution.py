@@ -47,12 +47,16 @@ def test_under_the_command_line_device_waits_leave_the_main_thread_free_for_ctrl
         release.wait(60)
 
     monkeypatch.setattr(_execution, "WAIT_OFF_MAIN", threading.Event())
+    # Its own ABANDONED: the process's would make a later command line in this worker leave
+    # with os._exit (jfl.cli.main), as it must after a real Ctrl-C.
+    monkeypatch.setattr(_execution, "ABANDONED", threading.Event())
     _execution.WAIT_OFF_MAIN.set()
     main = threading.main_thread().ident
     threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
     with pytest.raises(KeyboardInterrupt):
         _execution._interruptible(blocked)
     assert not release.is_set() and seen[0] is not threading.main_thread()
+    assert _execution.ABANDONED.is_set()  # the wait left running: the command line exits at once
     release.set()
     _execution.WAIT_OFF_MAIN.clear()
     assert _execution._interruptible(threading.current_thread) is threading.main_thread()
