@@ -151,20 +151,13 @@ def make_run(
     signals = tuple(getattr(policy, "signals", ()))
     check_signals(signals, learner)
     trackers = tuple(trackers)
+    declared = output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers)
+    before = tuple(name for name in signals if name not in ROUND_SIGNALS)
+    after = tuple(name for name in signals if name in ROUND_SIGNALS)
     setup = _Setup(
-        env=env,
-        env_params=env_params,
-        policy=policy,
-        num_rounds=num_rounds,
-        trajectories=trajectories,
-        env_hparams=env_hparams,
-        learner=learner,
-        eval_every=eval_every,
-        trackers=trackers,
-        before=tuple(name for name in signals if name not in ROUND_SIGNALS),
-        after=tuple(name for name in signals if name in ROUND_SIGNALS),
-        declared=output_metrics(env, learner=learner, trajectories=trajectories, trackers=trackers),
-    )
+        env, env_params, policy, num_rounds, trajectories, env_hparams, learner, eval_every,
+        trackers, before, after, declared,
+    )  # fmt: skip
 
     def run(key, hparams, data=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)

@@ -28,9 +28,9 @@ from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.regret import check_fairness
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
-    FederatedFigures,
     FederatedTraining,
     Training,
+    federated_figures,
 )
 from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
 from jfl.policies import get
@@ -102,18 +102,13 @@ class FlRbcsf(RbcsfScenario):
 
     name: ClassVar[str] = "fl_rbcsf"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
-    figure_set: ClassVar[FederatedFigures] = FederatedFigures(
-        "RBCS-F §6.2", ("gamma1", "learning_rate")
-    )
+    figures = federated_figures("RBCS-F §6.2", ("gamma1", "learning_rate"))
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy gamma1 learning_rate V gamma2".split(),
         *ACCURACY_COLUMNS,
     )
 
     read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
-
-    def figures(self, ds, summary, folder) -> None:
-        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -210,14 +205,11 @@ class FlCsUcbIdeal(WirelessScenario):
 
     name: ClassVar[str] = "fl_cs_ucb"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
-    figure_set: ClassVar[FederatedFigures] = FederatedFigures("CS-UCB (Xia Fig. 2)")
+    figures = federated_figures("CS-UCB (Xia Fig. 2)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy learning_rate failed_clients".split(),
         *ACCURACY_COLUMNS,
     )
-
-    def figures(self, ds, summary, folder) -> None:
-        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -274,14 +266,11 @@ class FlCsUcbQ(WirelessScenario):
 
     name: ClassVar[str] = "fl_cs_ucb_q"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
-    figure_set: ClassVar[FederatedFigures] = FederatedFigures("CS-UCB-Q (Xia Fig. 6)")
+    figures = federated_figures("CS-UCB-Q (Xia Fig. 6)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy beta learning_rate min_selection_rate max_rate_violation".split(),
         *ACCURACY_COLUMNS,
     )
-
-    def figures(self, ds, summary, folder) -> None:
-        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()
@@ -363,14 +352,11 @@ class FlCocs(HflScenario):
 
     name: ClassVar[str] = "fl_cocs"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
-    figure_set: ClassVar[FederatedFigures] = FederatedFigures("COCS (Qu Fig. 4a)")
+    figures = federated_figures("COCS (Qu Fig. 4a)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy budget deadline learning_rate success_per_round".split(),
         *ACCURACY_COLUMNS,
     )
-
-    def figures(self, ds, summary, folder) -> None:
-        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         super().check()

@@ -25,9 +25,9 @@ from jfl.experiments.fl import rbcsf_federated_plan
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
-    FederatedFigures,
     FederatedTraining,
     Training,
+    federated_figures,
 )
 from jfl.stats import NONNEGATIVE, Bounds
 from jfl.sweep import config_table
@@ -140,7 +140,7 @@ class FlSelection(RbcsfScenario):
     name: ClassVar[str] = "fl_selection"
     metric_bounds: ClassVar[Mapping[str, Bounds]] = {"final_test_loss": NONNEGATIVE}
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
-    figure_set: ClassVar[FederatedFigures] = FederatedFigures(
+    figures = federated_figures(
         "Client selection methods", ("split", "learning_rate"), ("accuracy", "test_loss")
     )
     summary_columns: ClassVar[tuple[str, ...]] = (
@@ -152,9 +152,6 @@ class FlSelection(RbcsfScenario):
     read_anyway: ClassVar[tuple[str, ...]] = ("beta",)  # every policy's queue rate
     # ``--setting``'s configs (``SETTINGS``, below the class).
     presets: ClassVar[Mapping[str, FlSelection]] = {}
-
-    def figures(self, ds, summary, folder) -> None:
-        self.figure_set.write(ds, folder, self.ci)
 
     def check(self) -> None:
         if self.setting and self.setting not in self.presets:

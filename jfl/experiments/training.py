@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated, NamedTuple
+from typing import Annotated
 
 import numpy as np
 import tyro
@@ -300,20 +300,19 @@ def aggregation_codes(names) -> np.ndarray:
 Training = Annotated[FederatedTraining, tyro.conf.OmitArgPrefixes]
 
 
-class FederatedFigures(NamedTuple):
-    """A federated experiment's figures (``sweeps/fl_*.py``): :func:`write_figures`' curves of
-    each of ``variables``, one figure per scenario of ``columns``, titled with ``title``. An
-    experiment holds one as a class setting and its ``figures`` writes it (composed, so that
-    experiments stay a scenario and its one subclass)."""
+def federated_figures(
+    title: str, columns: tuple[str, ...] = ("learning_rate",), variables=("accuracy",)
+):
+    """A federated experiment's ``figures`` method (``sweeps/fl_*.py``): :func:`write_figures`'
+    curves of each of ``variables``, one figure per scenario of ``columns``, titled with
+    ``title``, bands by the experiment's ``--ci``."""
 
-    title: str
-    columns: tuple[str, ...] = ("learning_rate",)
-    variables: tuple[str, ...] = ("accuracy",)
+    def figures(experiment, ds, summary, folder) -> None:
+        """Write the experiment's figures into ``folder``."""
+        for variable in variables:
+            write_figures(ds, folder, title, columns, experiment.ci, variable)
 
-    def write(self, ds, folder, method: str = "t") -> None:
-        """Every variable's figures into ``folder``, bands by ``method`` (``--ci``)."""
-        for variable in self.variables:
-            write_figures(ds, folder, self.title, self.columns, method, variable)
+    return figures
 
 
 def write_figures(

@@ -8,6 +8,7 @@ from jfl.kernels.linkage import (
     pairwise_distances,
     ward_linkage,
 )
+from jfl.kernels.order import random_priority
 from jfl.kernels.queues import virtual_queue_update
 from jfl.kernels.ridge import (
     RidgeEstimate,
@@ -51,6 +52,7 @@ __all__ = [
     "node_weights",
     "p4_objective",
     "pairwise_distances",
+    "random_priority",
     "ridge_estimate",
     "ridge_init",
     "ridge_update",

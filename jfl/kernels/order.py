@@ -127,3 +127,10 @@ def sorting_rank(
     entry, in O(P log P) (the unavailable entries take the last positions, in index or
     ``priority`` order)."""
     return inverse_permutation(sort_order(key, unavailable, priority))
+
+
+def random_priority(key: jax.Array, num_clients: int) -> jax.Array:
+    """A uniformly random order of the clients, drawn once per run: int32[N], a permutation of
+    0..N-1 giving each client's rank among tied clients (the ``priority`` of
+    ``topk_mask`` and ``divide_and_conquer``)."""
+    return jax.random.permutation(key, num_clients).astype(jnp.int32)

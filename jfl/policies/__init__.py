@@ -27,6 +27,7 @@ Families (implementation modules, private):
   (clustered sampling, Algorithm 2: Ward clusters of the participants' update sketches).
 """
 
+from jfl.kernels import random_priority
 from jfl.policies._afl import afl
 from jfl.policies._baselines import dirichlet_random, fedcs, random
 from jfl.policies._clustered import clustered_size
@@ -67,7 +68,6 @@ from jfl.policies.base import (
     check_signals,
     draws_selection,
     get,
-    random_priority,
     readers,
     register,
     stateless,

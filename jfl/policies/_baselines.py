@@ -7,14 +7,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import selection_count, topk_mask
+from jfl.kernels import random_priority, selection_count, topk_mask
 from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
     TieBreakState,
     check_selection_size,
-    random_priority,
     register,
     stateless,
     stateless_update,

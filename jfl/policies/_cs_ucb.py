@@ -23,19 +23,13 @@ from jfl.kernels import (
     ArmStats,
     arm_stats_init,
     arm_stats_update,
+    random_priority,
     selection_count,
     topk_mask,
     ucb_index,
     virtual_queue_update,
 )
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    check_selection_size,
-    random_priority,
-    register,
-)
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 
 class CsUcbState(NamedTuple):

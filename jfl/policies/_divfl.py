@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jfl import checks
-from jfl.kernels import selection_count, topk_mask
+from jfl.kernels import random_priority, selection_count, topk_mask
 from jfl.kernels.linkage import pairwise_distances
 from jfl.kernels.order import materialise
 from jfl.kernels.reduce import pairwise_sum
@@ -59,7 +59,6 @@ from jfl.policies.base import (
     PolicySpec,
     check_selection_size,
     check_sketch,
-    random_priority,
     register,
 )
 

@@ -45,16 +45,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import selection_count, systematic_sample, topk_mask
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    check_selection_size,
-    random_priority,
-    register,
-    stateless,
-)
+from jfl.kernels import random_priority, selection_count, systematic_sample, topk_mask
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register, stateless
 
 
 class E3csState(NamedTuple):

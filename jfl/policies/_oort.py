@@ -53,15 +53,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import fill_uniformly, gumbel_top_k, selection_count, topk_mask
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    check_selection_size,
-    random_priority,
-    register,
-)
+from jfl.kernels import fill_uniformly, gumbel_top_k, random_priority, selection_count, topk_mask
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 # Constants of oort/oort.py, not arguments there.
 STALENESS_WEIGHT = 0.1  # sqrt(0.1·ln R / L_i), l. 296

@@ -30,14 +30,19 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels import gumbel_top_k, sample_with_replacement, selection_count, topk_mask
+from jfl.kernels import (
+    gumbel_top_k,
+    random_priority,
+    sample_with_replacement,
+    selection_count,
+    topk_mask,
+)
 from jfl.policies.base import (
     HParam,
     Policy,
     PolicySpec,
     check_selection_size,
     draws_selection,
-    random_priority,
     register,
     stateless,
 )

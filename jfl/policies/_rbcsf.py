@@ -12,19 +12,13 @@ from jfl.kernels import (
     RidgeState,
     divide_and_conquer,
     lower_confidence_bound,
+    random_priority,
     ridge_estimate,
     ridge_init,
     ridge_update,
     virtual_queue_update,
 )
-from jfl.policies.base import (
-    HParam,
-    Policy,
-    PolicySpec,
-    check_selection_size,
-    random_priority,
-    register,
-)
+from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
 
 CONTEXT_DIM = 3  # c = [1/μ, s, M/B]
 ALPHA_SCHEDULES = ("constant", "lemma1")

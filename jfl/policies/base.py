@@ -154,13 +154,6 @@ class TieBreakState(NamedTuple):
     priority: jax.Array  # i32[N]  random_priority: client n wins ties against higher values
 
 
-def random_priority(key: jax.Array, num_clients: int) -> jax.Array:
-    """A uniformly random order of the clients, drawn once per run: int32[N], a permutation of
-    0..N-1 giving each client's rank among tied clients (the ``priority`` of
-    ``jfl.kernels.topk_mask`` and ``divide_and_conquer``)."""
-    return jax.random.permutation(key, num_clients).astype(jnp.int32)
-
-
 @dataclass(frozen=True)
 class HParam:
     """A traced hyperparameter: default and allowed closed/open range."""
