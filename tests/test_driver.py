@@ -19,8 +19,9 @@ import pytest
 
 from jfl import checks, cli, driver, plots, sweep
 from jfl.cli import Floats
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs import RbcsfEnv
+from jfl.sweep import Plan
 from jfl.trackers import fairness_queue
 from tests.helpers import check_saved_figures, record_figures
 

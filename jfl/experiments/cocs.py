@@ -17,7 +17,7 @@ import numpy as np
 
 from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs.hfl import PRESETS, HflEnv, preset_params
 from jfl.experiments.common import (
     check_hparams,
@@ -28,6 +28,7 @@ from jfl.experiments.common import (
 )
 from jfl.policies import REGISTRY
 from jfl.stats import NONNEGATIVE, Bounds
+from jfl.sweep import Plan
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
     import xarray as xr

@@ -16,7 +16,6 @@ import pandas as pd
 
 from jfl import checks, plots
 from jfl.cli import Floats, Names
-from jfl.driver import Plan
 from jfl.experiments.common import check_hparams, plot_point
 from jfl.experiments.regret_curves import (
     GAP_CURVES,
@@ -34,7 +33,7 @@ from jfl.experiments.wireless import (
 )
 from jfl.policies import get
 from jfl.stats import NONNEGATIVE, Bounds
-from jfl.sweep import config_table
+from jfl.sweep import Plan, config_table
 
 __all__ = [
     "BetaRhoGrid",

@@ -21,11 +21,12 @@ import pandas as pd
 
 from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs import VolatileEnv
 from jfl.envs.base import client_classes
 from jfl.experiments.common import check_hparams, check_policies
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
+from jfl.sweep import Plan
 
 
 def e3cs_configs(policies, sigma, eta, inc_switch: int | None) -> pd.DataFrame:

@@ -20,7 +20,6 @@ import numpy as np
 
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
-from jfl.driver import Plan
 from jfl.envs.wireless import WirelessEnv
 from jfl.experiments.cocs import HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
@@ -34,7 +33,7 @@ from jfl.experiments.training import (
 )
 from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
 from jfl.policies import get
-from jfl.sweep import config_table
+from jfl.sweep import Plan, config_table
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 # Xia §V-A: one SGD step a round on a minibatch of ρ = 2 samples, learning rate 0.001.

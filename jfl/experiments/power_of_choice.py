@@ -28,10 +28,11 @@ import numpy as np
 
 from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs import RbcsfEnv
 from jfl.fl.quadratic import gap, make_instance, make_quadratic_learner, optimum
 from jfl.stats import NONNEGATIVE, Bounds
+from jfl.sweep import Plan
 
 METHODS = ("rand", "pow_d", "cpow_d", "rpow_d", "adapow_d")
 # The registered policy that runs each method.

@@ -14,7 +14,7 @@ import numpy as np
 
 from jfl import checks, plots, sweep
 from jfl.cli import Floats, Names
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs import RbcsfEnv
 from jfl.envs.rbcsf import ETA_BASES, bandit_bounds
 from jfl.experiments.common import (
@@ -27,6 +27,7 @@ from jfl.experiments.common import (
     with_queue_rate,
 )
 from jfl.policies import REGISTRY
+from jfl.sweep import Plan
 from jfl.trackers import fairness_queue
 
 SWEPT = ("V", "beta", "alpha", "deadline", "gamma2")

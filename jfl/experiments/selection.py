@@ -19,7 +19,6 @@ import numpy as np
 
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
-from jfl.driver import Plan
 from jfl.experiments.common import with_queue_rate
 from jfl.experiments.fl import rbcsf_federated_plan
 from jfl.experiments.rbcsf import RbcsfScenario
@@ -30,7 +29,7 @@ from jfl.experiments.training import (
     federated_figures,
 )
 from jfl.stats import NONNEGATIVE, Bounds
-from jfl.sweep import config_table
+from jfl.sweep import Plan, config_table
 
 # Every §10 method (the first group, then the update- and gradient-aware second), then the seed
 # papers' methods runnable on ``rbcsf``.

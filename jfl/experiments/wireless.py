@@ -21,13 +21,14 @@ import tyro
 
 from jfl import checks, results, sweep
 from jfl.cli import Floats, Names
-from jfl.driver import Experiment, Plan
+from jfl.driver import Experiment
 from jfl.envs.wireless import PAPER_TAU_MAX, WirelessEnv, make_params, reward_statistics
 from jfl.experiments import regret
 from jfl.experiments.common import check_policies
 from jfl.experiments.regret_curves import REGRET_BOUNDS, pseudo_regret_curve, regret_metrics
 from jfl.runner import run_keys, seed_keys
 from jfl.stats import Bounds
+from jfl.sweep import Plan
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built

@@ -11,14 +11,13 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from jfl.driver import Plan
 from jfl.envs import RbcsfEnv
 from jfl.experiments.training import FederatedTraining, scenario_label, write_figures
 from jfl.fl.data import Dataset, load_digits
 from jfl.fl.models import make_model
 from jfl.fl.partition import federated_data, make_partition
 from jfl.fl.train import EVAL_BATCH
-from jfl.sweep import bytes_per_fl_run, model_footprint
+from jfl.sweep import Plan, bytes_per_fl_run, model_footprint
 
 ROUNDS = 10
 
