@@ -158,6 +158,25 @@ def in_python_terms(message: str, config) -> str:
     return re.sub(r"(?<![\w-])--([A-Za-z][\w-]*)", python, message)
 
 
+def in_flag_terms(message: str, config) -> str:
+    """A refusal worded in the Python API's terms for the command line: a parameter the
+    library names in backticks that is a field of ``config`` becomes its flag (`` `out` ``:
+    ``--out``, `` `overwrite=True` ``: ``--overwrite``, `` `plots=False` ``: ``--no-plots``,
+    `` `training.lr` ``: ``--lr``); other text is left alone."""
+    fields = {path: value for path, value in _field_paths(config).values()}
+
+    def flag(match: re.Match) -> str:
+        path, switch = match[1], match[3]
+        if path not in fields:
+            return match[0]
+        name = path.rsplit(".", 1)[-1].replace("_", "-")
+        if switch is not None and isinstance(fields[path], bool):
+            return f"--{name}" if switch == "True" else f"--no-{name}"
+        return f"--{name}"
+
+    return re.sub(r"`([A-Za-z_][\w.]*)(=(True|False))?`", flag, message)
+
+
 def _field_paths(config, prefix: str = "") -> dict[str, tuple[str, object]]:
     """Each field of ``config`` by name: its dotted path and value (nested dataclasses'
     fields too, as the command line flattens them)."""

@@ -361,8 +361,10 @@ def run(experiment: Experiment, *, words: str = "python") -> Result:
     """Check, plan, run (resuming what ``experiment.out`` holds) and write one sweep.
 
     A refusal (ValueError) names the experiment's fields as Python reads them
-    (``overwrite=True``, ``rounds``); ``words="flags"`` keeps the command line's flags
-    (``--overwrite``, ``--rounds``), as ``jfl.cli.main`` does."""
+    (``overwrite=True``, ``rounds``); ``words="flags"`` names the command line's flags
+    (``--overwrite``, ``--rounds``), as ``jfl.cli.main`` does: the library names parameters in
+    Python's terms (``checks.in_flag_terms``), the experiments' checks in flags
+    (``checks.in_python_terms``)."""
     try:
         prepared = prepare(experiment)
         start = time.perf_counter()
@@ -377,7 +379,7 @@ def run(experiment: Experiment, *, words: str = "python") -> Result:
         return finish(prepared, outputs, time.perf_counter() - start)
     except ValueError as err:
         if words == "flags":
-            raise
+            raise ValueError(checks.in_flag_terms(str(err), experiment)) from err
         raise ValueError(checks.in_python_terms(str(err), experiment)) from err
 
 

@@ -154,3 +154,20 @@ def test_refusals_read_in_python_terms_from_python():
         "plots=False; rounds must be ≥ 1; training.lr > 0"
     )
     assert words("--bogus and x--rounds", config) == "--bogus and x--rounds"
+
+
+def test_library_refusals_read_in_flags_from_the_command_line():
+    """The library names parameters in Python's terms, in backticks; the command line reads
+    them as its flags (nested fields by their own flag, switches by their sense); names that
+    are no field of the experiment, and other text, are left alone."""
+    from jfl.experiments import FlSelection
+
+    config = FlSelection()
+    flags = checks.in_flag_terms
+    assert flags("`out` x holds a sweep; `overwrite=True` replaces it", config) == (
+        "--out x holds a sweep; --overwrite replaces it"
+    )
+    assert flags("`reuse_stale=True`, `plots=False`, `training.lr`, `seeds`", config) == (
+        "--reuse-stale, --no-plots, --lr, --seeds"
+    )
+    assert flags("`bogus`, `policies` and out", config) == "`bogus`, --policies and out"

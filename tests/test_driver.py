@@ -231,7 +231,7 @@ def test_results_of_edited_code_are_refused_unless_reuse_stale_or_overwrite(tmp_
         driver.run(config)
     line = str(refused.value)
     # From Python, in the arguments' words (the command line names its flags).
-    assert "\n" not in line and f"out {out} holds results computed by other code" in line
+    assert "\n" not in line and f"`out` {out} holds results computed by other code" in line
     assert "the source of policy mine (mine_policy.build) changed" in line
     assert "overwrite=True" in line and "reuse_stale=True" in line and "--" not in line
     assert _chunks(out) == chunks

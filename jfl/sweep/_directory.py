@@ -129,7 +129,7 @@ class ChunkStore:
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
             raise ValueError(
                 f"corrupt results directory: cannot read {path} ({err}); delete that file to "
-                "recompute the chunk, or start again without --resume"
+                "recompute the chunk, or start again without `resume=True`"
             ) from None
         for name, shape in expected.items():
             if name not in arrays or arrays[name].shape != tuple(shape):
@@ -148,12 +148,12 @@ def check_writable(out: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ValueError(f"--out {out}: {existing} is a file, not a directory")
+        raise ValueError(f"`out` {out}: {existing} is a file, not a directory")
     try:
         tempfile.TemporaryDirectory(dir=existing, prefix=".jfl-probe-").cleanup()
     except OSError as err:
         raise ValueError(
-            f"--out {out}: cannot create folders in {existing} ({err.strerror})"
+            f"`out` {out}: cannot create folders in {existing} ({err.strerror})"
         ) from None
 
 
@@ -172,12 +172,12 @@ def read_manifest(out: Path) -> dict:
 def _nothing_to_resume(out: Path) -> str:
     if not out.exists():
         return (
-            f"--resume: {out} does not exist, so there is no sweep to resume: check --out, or "
-            "drop --resume to start one"
+            f"`resume=True`: {out} does not exist, so there is no sweep to resume: check `out`, "
+            "or drop `resume=True` to start one"
         )
     return (
-        f"--resume: {out} has no {MANIFEST}; it is not a sweep directory (or it is corrupt): "
-        "pick another --out or drop --resume"
+        f"`resume=True`: {out} has no {MANIFEST}; it is not a sweep directory (or it is "
+        "corrupt): pick another `out` or drop `resume=True`"
     )
 
 
@@ -246,7 +246,7 @@ class SweepDir:
         keeps the code that computed its chunks)."""
         out, path = self.path, self.path / MANIFEST
         if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out} exists and is not a directory")
+            raise ValueError(f"`out` {out} exists and is not a directory")
         manifest = as_stored(manifest)
         if path.exists() and not overwrite:
             return self._reuse(manifest, reuse_stale)
@@ -254,9 +254,9 @@ class SweepDir:
             raise ValueError(_nothing_to_resume(out))
         if (out / CHUNK_DIR).exists() and not path.exists() and not overwrite:
             raise ValueError(
-                f"--out {out} holds chunks but no {MANIFEST}; pass --overwrite to start again"
+                f"`out` {out} holds chunks but no {MANIFEST}; pass `overwrite=True` to start again"
             )
-        # A new sweep (or --overwrite): nothing of an earlier one may pass for its results.
+        # A new sweep (or overwrite): nothing of an earlier one may pass for its results.
         shutil.rmtree(out / CHUNK_DIR, ignore_errors=True)
         shutil.rmtree(out / "figures", ignore_errors=True)
         for name in OUTPUTS:
@@ -273,7 +273,7 @@ class SweepDir:
             except (OSError, json.JSONDecodeError) as err:
                 raise ValueError(
                     f"corrupt results directory: cannot read {self.path / MANIFEST} ({err}); "
-                    "pass --overwrite to start again"
+                    "pass `overwrite=True` to start again"
                 ) from None
         self._refuse_other(manifest, ("code",))
         changes = []
@@ -281,9 +281,9 @@ class SweepDir:
             changes = provenance.code_changes(self.stored().get("code"), manifest["code"])
         if changes and not reuse_stale:
             raise ValueError(
-                f"--out {self.path} holds results computed by other code ({'; '.join(changes)}); "
-                "--overwrite recomputes them, --reuse-stale keeps them knowingly (recorded in "
-                "metadata.json)"
+                f"`out` {self.path} holds results computed by other code ({'; '.join(changes)}); "
+                "`overwrite=True` recomputes them, `reuse_stale=True` keeps them knowingly "
+                "(recorded in metadata.json)"
             )
         return changes
 
@@ -292,8 +292,8 @@ class SweepDir:
         if differences:
             detail = "; ".join(differences)
             raise ValueError(
-                f"--out {self.path} holds a sweep with other settings ({detail}); use the same "
-                "settings, another --out, or --overwrite to replace it"
+                f"`out` {self.path} holds a sweep with other settings ({detail}); use the same "
+                "settings, another `out`, or `overwrite=True` to replace it"
             )
 
     def finished(self, per_run: tuple[str, ...], dropped: tuple[str, ...] = ()):

@@ -91,7 +91,7 @@ def run_chunked(
             f"got {chunk_size}"
         )
     if layout.count > 1 and store is None:
-        raise ValueError("a sweep over several processes needs a chunk store (--out)")
+        raise ValueError("a sweep over several processes needs a chunk store (`out`)")
     chunks = _Chunks(
         batched=batched,
         keys=keys,
@@ -186,7 +186,7 @@ class _Chunks:
             if loaded[index] is None:
                 raise RuntimeError(
                     f"chunk {index} of {self.label} is missing after every process finished: is "
-                    "--out on a filesystem that every process sees?"
+                    "`out` on a filesystem that every process sees?"
                 )
         return loaded
 

@@ -28,9 +28,9 @@ def config_table(
     fixed = dict(fixed or {})
     shared = dict(shared or {})
     if not policies:
-        raise ValueError("--policies: give at least one policy")
+        raise ValueError("`policies`: give at least one policy")
     if len(set(policies)) != len(policies):
-        raise ValueError(f"--policies: duplicate names in {list(policies)}")
+        raise ValueError(f"`policies`: duplicate names in {list(policies)}")
     rows = []
     for name in policies:
         spec = get_policy(name)

@@ -118,12 +118,12 @@ def check_chunk_fits(
     free = free_memory()
     if free is None or need <= free:
         return
-    ways = ["fewer --seeds, --rounds or clients"]
+    ways = ["fewer `seeds`, `rounds` or clients"]
     if chunk > 1:
-        ways.insert(0, "a smaller --memory-budget" if auto else "a smaller --chunk-size")
+        ways.insert(0, "a smaller `memory_budget`" if auto else "a smaller `chunk_size`")
     data = f" and {format_bytes(shared_bytes)} of data" if shared_bytes else ""
     raise ValueError(
-        f"--seeds {num_seeds}: {IN_FLIGHT} chunks in flight of {chunk} configuration(s) × "
+        f"`seeds` {num_seeds}: {IN_FLIGHT} chunks in flight of {chunk} configuration(s) × "
         f"{num_seeds} seeds{data} need about {format_bytes(need)} ({format_bytes(per_run_bytes)} "
         f"a run), more than the {format_bytes(free)} free on "
         f"{jax.local_devices()[0].platform.upper()}; "

@@ -34,12 +34,12 @@ def test_prepare_out_dir_creates_the_directory_and_manifest(tmp_path):
     # nothing: a mistyped --out does not start a new sweep.
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match=f"--resume: {empty} has no {MANIFEST}"):
+    with pytest.raises(ValueError, match=f"`resume=True`: {empty} has no {MANIFEST}"):
         prepare(empty, MANIFEST_A, resume=True, overwrite=False)
     assert not any(empty.iterdir())
     missing = tmp_path / "typo"
     for refuse in (prepare, check):
-        with pytest.raises(ValueError, match=f"--resume: {missing} does not exist"):
+        with pytest.raises(ValueError, match=f"`resume=True`: {missing} does not exist"):
             refuse(missing, MANIFEST_A, resume=True, overwrite=False)
     assert not missing.exists()
 
@@ -88,10 +88,10 @@ def test_prepare_out_dir_refuses_other_settings_naming_them(tmp_path, resume):
     with pytest.raises(ValueError) as err:
         prepare(out, changed, resume=resume, overwrite=False)
     message = str(err.value)
-    assert message.startswith(f"--out {out} holds a sweep with other settings")
+    assert message.startswith(f"`out` {out} holds a sweep with other settings")
     assert "rounds: was 10, now 20" in message and "V: was [1.0, 10.0], now [1.0]" in message
     assert "new: was None, now 1" in message and "seeds" not in message
-    assert "--overwrite" in message
+    assert "`overwrite=True`" in message  # the library names parameters, the CLI flags
     assert chunk.exists()  # nothing was touched
     assert json.loads((out / MANIFEST).read_text()) == MANIFEST_A
 
@@ -114,7 +114,7 @@ def test_prepare_out_dir_refuses_foreign_corrupt_and_orphaned_directories(tmp_pa
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("not a sweep")
-    with pytest.raises(ValueError, match=r"--resume: .* is not a sweep directory"):
+    with pytest.raises(ValueError, match=r"`resume=True`: .* is not a sweep directory"):
         prepare(foreign, MANIFEST_A, resume=True, overwrite=False)
     prepare(foreign, MANIFEST_A, resume=False, overwrite=False)  # without --resume: used
     assert (foreign / "notes.txt").exists()

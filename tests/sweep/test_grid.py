@@ -57,8 +57,8 @@ def test_config_table_rejects_out_of_range_fixed_values():
     ("policies", "kwargs", "message"),
     [
         (["nope"], {}, "unknown policy 'nope'"),
-        ([], {}, "--policies: give at least one policy"),
-        (["random", "random"], {}, r"--policies: duplicate names in \['random', 'random'\]"),
+        ([], {}, "`policies`: give at least one policy"),
+        (["random", "random"], {}, r"`policies`: duplicate names in \['random', 'random'\]"),
     ],
 )
 def test_config_table_rejects_bad_policies(policies, kwargs, message):
