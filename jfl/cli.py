@@ -181,7 +181,7 @@ def fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
-def parse(config_type, argv=None, prog: str | None = None):
+def parse(experiment_type, argv=None, prog: str | None = None):
     """The config that ``argv`` describes (``--help`` prints the flags and exits 0).
 
     ``--setting NAME``, where the config type has ``presets`` (a mapping of names to configs),
@@ -189,9 +189,9 @@ def parse(config_type, argv=None, prog: str | None = None):
     """
     prog = prog or Path(sys.argv[0]).name
     args = list(sys.argv[1:] if argv is None else argv)
-    default = setting_default(config_type, args, prog)
+    default = setting_default(experiment_type, args, prog)
     if {"-h", "--help"} & set(args):
-        text = grouped_help(config_type, prog, default)
+        text = grouped_help(experiment_type, prog, default)
         if text is not None:
             with reader_gone_is_fine():
                 print(text)
@@ -200,10 +200,10 @@ def parse(config_type, argv=None, prog: str | None = None):
     try:
         with contextlib.redirect_stderr(captured), reader_gone_is_fine():
             return tyro.cli(
-                config_type,
+                experiment_type,
                 args=args,
                 prog=prog,
-                description=config_type.__doc__,
+                description=experiment_type.__doc__,
                 default=default,
             )
     except SystemExit as exit:
@@ -229,13 +229,13 @@ FLAG_SECTIONS = {
 }
 
 
-def grouped_help(config_type, prog: str, default=None) -> str | None:
+def grouped_help(experiment_type, prog: str, default=None) -> str | None:
     """``--help`` in sections: the experiment's own flags, each policy's hyperparameters under
     the policy's name, a nested config's flags under its name, then ``FLAG_SECTIONS``. None
     where tyro cannot hand over its parser (its own help is printed then)."""
     import argparse
 
-    tyro_parser = argument_parser(config_type, prog, default)
+    tyro_parser = argument_parser(experiment_type, prog, default)
     if tyro_parser is None:
         return None
     parser = argparse.ArgumentParser(
@@ -246,8 +246,8 @@ def grouped_help(config_type, prog: str, default=None) -> str | None:
         add_help=False,
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
-    own = f"{getattr(config_type, 'name', prog)} options"
-    sections = {**_policy_sections(config_type), **FLAG_SECTIONS}
+    own = f"{getattr(experiment_type, 'name', prog)} options"
+    sections = {**_policy_sections(experiment_type), **FLAG_SECTIONS}
     for action in tyro_parser._actions:
         title = _section(action.dest.replace("-", "_"), sections) or own
         if title not in groups:
@@ -257,8 +257,8 @@ def grouped_help(config_type, prog: str, default=None) -> str | None:
     return parser.format_help().rstrip()
 
 
-def argument_parser(config_type, prog: str | None = None, default=None):
-    """tyro's argparse parser of ``config_type`` (None for a tyro that no longer hands it
+def argument_parser(experiment_type, prog: str | None = None, default=None):
+    """tyro's argparse parser of ``experiment_type`` (None for a tyro that no longer hands it
     over: ``get_parser`` is deprecated)."""
     import warnings
 
@@ -267,7 +267,7 @@ def argument_parser(config_type, prog: str | None = None, default=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             return tyro.extras.get_parser(
-                config_type, prog=prog, description=config_type.__doc__, **options
+                experiment_type, prog=prog, description=experiment_type.__doc__, **options
             )
     except Exception:
         return None
@@ -281,14 +281,14 @@ def _ordered(sections: list[str], groups: dict) -> list[str]:
     return [*first, *nested, *shared]
 
 
-def _policy_sections(config_type) -> dict[str, tuple[str, ...]]:
-    """The hyperparameter fields of ``config_type`` that policies read, by "<policies>
+def _policy_sections(experiment_type) -> dict[str, tuple[str, ...]]:
+    """The hyperparameter fields of ``experiment_type`` that policies read, by "<policies>
     hyperparameters" title; readers among the experiment's default policies (or methods)
     where it has such (``alpha`` is RBCS-F's in an RBCS-F sweep, not LinUCB's too)."""
-    chosen = getattr(config_type, "policies", None) or getattr(config_type, "methods", ())
+    chosen = getattr(experiment_type, "policies", None) or getattr(experiment_type, "methods", ())
     chosen = chosen if isinstance(chosen, tuple | list) else ()
     sections: dict[str, tuple[str, ...]] = {}
-    for field in dataclasses.fields(config_type):
+    for field in dataclasses.fields(experiment_type):
         names = readers(field.name)
         names = [p for p in names if p in chosen] or names
         if names:
@@ -318,10 +318,10 @@ def _show(group, action) -> None:
         group.add_argument(*action.option_strings, metavar=metavar, **options)
 
 
-def setting_default(config_type, args: list[str], prog: str):
+def setting_default(experiment_type, args: list[str], prog: str):
     """The config of the ``--setting`` named in ``args`` (the last one given), None without one
-    (or where ``config_type`` has no ``presets``); an unknown name fails with one line."""
-    presets = getattr(config_type, "presets", None)
+    (or where ``experiment_type`` has no ``presets``); an unknown name fails with one line."""
+    presets = getattr(experiment_type, "presets", None)
     if not presets:
         return None
     names = [
@@ -373,20 +373,21 @@ def _plain(line: str) -> str:
     return line
 
 
-def main(config_type, argv=None, prog: str | None = None) -> int:
+def main(experiment_type, argv=None, prog: str | None = None) -> int:
     """Parse, check and run one experiment from the command line; print its summary."""
     prog = prog or Path(sys.argv[0]).name
-    config = parse(config_type, argv, prog)
+    experiment = parse(experiment_type, argv, prog)
     try:
         with _stop_on_interrupt():
-            result = driver.run(config, words="flags")
+            result = driver.run(experiment, words="flags")
     except ValueError as err:  # bad settings, or a corrupt stored chunk found while resuming
         fail(prog, str(err))
     except KeyboardInterrupt:  # every finished chunk is on disk: say so, and how to go on
-        kept = sweep.ChunkStore(config.out).finished()
+        kept = sweep.ChunkStore(experiment.out).finished()
         chunks = "1 chunk" if kept == 1 else f"{kept} chunks"
         print(
-            f"{prog}: interrupted: {chunks} kept in {config.out}; run the same command to continue",
+            f"{prog}: interrupted: {chunks} kept in {experiment.out}; run the same command to "
+            "continue",
             file=sys.stderr,
         )
         if sweep.ABANDONED.is_set():  # a chunk still computing on its thread: leave at once
@@ -397,7 +398,7 @@ def main(config_type, argv=None, prog: str | None = None) -> int:
     with reader_gone_is_fine():  # e.g. `| head`: the results are on disk already
         print(result.describe())
         if result.process == 0:
-            columns = config.summary_columns or means(result.summary)
+            columns = experiment.summary_columns or means(result.summary)
             if _diverged(result.summary) and "nonfinite_runs" not in columns:
                 columns = (*columns, "nonfinite_runs")
             print(format_table(result.summary, columns, where=result.out / "summary.csv"))

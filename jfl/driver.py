@@ -402,10 +402,10 @@ def prepare(experiment: Experiment) -> Prepared:
     directory.check(settings, overwrite=experiment.overwrite, resume=experiment.resume)
     plan = experiment.plan()
     grid = sweep.PolicyGrid(plan, experiment.trajectories)
-    size = _chunk_size(experiment, plan, grid, directory, settings)
+    chunk = _chunk_size(experiment, plan, grid, directory, settings)
     manifest = {
         **settings,
-        "chunk_configs": size,
+        "chunk_configs": chunk,
         "devices": jax.local_device_count(),
         "code": _fingerprint(experiment, plan),
     }
@@ -425,14 +425,14 @@ def prepare(experiment: Experiment) -> Prepared:
     mode = ON_DEVICE if type(experiment).reduces_on_device else ON_HOST
     per_run = mode.per_run(experiment, grid.dims, plan.trackers)
     return Prepared(
-        experiment, plan, grid, directory, layout, manifest, size, stale, mode, per_run, cache
+        experiment, plan, grid, directory, layout, manifest, chunk, stale, mode, per_run, cache
     )
 
 
 def _chunk_size(experiment, plan, grid, directory, settings) -> int:
     """The chunk size (the resumed sweep's, if any), checked against the free memory."""
     stored = None if experiment.overwrite else directory.chunk_size(settings)
-    size = sweep.chunk_size(
+    configs = sweep.chunk_size(
         experiment.chunk_size,
         plan,
         experiment.seeds,
@@ -441,9 +441,9 @@ def _chunk_size(experiment, plan, grid, directory, settings) -> int:
         stored=stored,
     )
     auto = experiment.chunk_size == "auto"
-    chunk = min(size, len(plan.configs))
-    sweep.check_chunk_fits(chunk, experiment.seeds, plan.per_run_bytes, auto, plan.data_bytes)
-    return size
+    fits = min(configs, len(plan.configs))
+    sweep.check_chunk_fits(fits, experiment.seeds, plan.per_run_bytes, auto, plan.data_bytes)
+    return configs
 
 
 def _fingerprint(experiment: Experiment, plan: Plan) -> dict:
