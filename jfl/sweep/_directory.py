@@ -299,19 +299,24 @@ class SweepDir:
     def finished(self, per_run: tuple[str, ...], dropped: tuple[str, ...] = ()):
         """The dataset of the finished sweep held in ``results.nc`` alone (its chunks deleted
         once it was verified), without the variables ``dropped``; None where there is none, or
-        it lacks the per-run values asked for (the sweep is then computed again)."""
+        it lacks the per-run values asked for, or its ``metadata.json`` does not say how many
+        chunks computed it (written before it did): the sweep is then computed again."""
         path = self.path / "results.nc"
-        if not path.exists() or self.store.finished():
+        if not path.exists() or self.store.finished() or self.finished_chunks() is None:
             return None
         ds = results.load_dataset(path)
         if not all(name in ds for name in per_run):
             return None
         return ds.drop_vars([name for name in dropped if name in ds])
 
-    def finished_chunks(self) -> int:
-        """How many chunks the finished sweep held here computed (``metadata.json``)."""
-        metadata = json.loads((self.path / "metadata.json").read_text())
-        return int(metadata.get("chunks", 0))
+    def finished_chunks(self) -> int | None:
+        """How many chunks the finished sweep held here computed (``metadata.json``), None
+        where that file does not say."""
+        try:
+            chunks = json.loads((self.path / "metadata.json").read_text()).get("chunks")
+        except (OSError, json.JSONDecodeError):
+            return None
+        return None if chunks is None else int(chunks)
 
     def note_stale(self, changes: list[str], chunks: int) -> None:
         """Record in ``metadata.json`` that these results were reused although other code

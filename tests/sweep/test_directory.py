@@ -199,3 +199,23 @@ def test_the_store_records_where_each_chunk_sits(tmp_path):
     store.record("random", 0, 0, 4)
     store.record("rbcsf-m2", 0, 4, 6)
     assert [tuple(r) for r in store.rows] == [("random", 0, 0, 4), ("rbcsf-m2", 0, 4, 6)]
+
+
+def test_a_finished_sweep_is_reused_only_where_its_metadata_counts_its_chunks(tmp_path):
+    """results.nc alone is a finished sweep when metadata.json says how many chunks computed
+    it; one written before it did (or without metadata) is computed again, never reused with
+    a count of 0."""
+    import xarray as xr
+
+    out = tmp_path / "run"
+    prepare(out, MANIFEST_A)
+    xr.Dataset({"x": ("config", np.arange(2.0))}).to_netcdf(out / "results.nc")
+    directory = SweepDir(out)
+    assert directory.finished(()) is None  # no metadata.json
+    (out / "metadata.json").write_text(json.dumps({"experiment": "v_beta_grid"}))
+    assert directory.finished(()) is None and directory.finished_chunks() is None
+    (out / "metadata.json").write_text(json.dumps({"chunks": 3}))
+    assert directory.finished_chunks() == 3
+    np.testing.assert_array_equal(directory.finished(())["x"], [0.0, 1.0])
+    _chunk(out)  # chunks left over: not finished
+    assert directory.finished(()) is None
