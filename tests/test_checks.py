@@ -140,34 +140,41 @@ def test_distinct():
         checks.distinct("--policies", ("a", "b", "a"))
 
 
-def test_refusals_read_in_python_terms_from_python():
-    """A command line's refusal in the Python API's words: switches as ``name=True/False``,
-    other flags as their (nested) field; unknown flags and other text left alone."""
+@pytest.mark.parametrize(
+    ("words", "message", "expected"),
+    [
+        # A command line's refusal in the Python API's words: switches as name=True/False,
+        # other flags as their (nested) field; unknown flags and other text left alone.
+        (
+            "python",
+            "--overwrite recomputes them, --reuse-stale keeps them",
+            "overwrite=True recomputes them, reuse_stale=True keeps them",
+        ),
+        (
+            "python",
+            "--no-plots; --rounds must be ≥ 1; --lr > 0",
+            "plots=False; rounds must be ≥ 1; training.lr > 0",
+        ),
+        ("python", "--bogus and x--rounds", "--bogus and x--rounds"),
+        # The library names parameters in Python's terms, in backticks; the command line reads
+        # them as its flags (nested fields by their own flag, switches by their sense); names
+        # that are no field of the experiment, and other text, are left alone.
+        (
+            "flags",
+            "`out` x holds a sweep; `overwrite=True` replaces it",
+            "--out x holds a sweep; --overwrite replaces it",
+        ),
+        (
+            "flags",
+            "`reuse_stale=True`, `plots=False`, `training.lr`, `seeds`",
+            "--reuse-stale, --no-plots, --lr, --seeds",
+        ),
+        ("flags", "`bogus`, `policies` and out", "`bogus`, --policies and out"),
+    ],
+)
+def test_refusals_read_in_the_callers_terms(words, message, expected):
+    """Refusals read in Python's terms from Python and in flags from the command line."""
     from jfl.experiments import FlSelection
 
-    config = FlSelection()
-    words = checks.in_python_terms
-    assert words("--overwrite recomputes them, --reuse-stale keeps them", config) == (
-        "overwrite=True recomputes them, reuse_stale=True keeps them"
-    )
-    assert words("--no-plots; --rounds must be ≥ 1; --lr > 0", config) == (
-        "plots=False; rounds must be ≥ 1; training.lr > 0"
-    )
-    assert words("--bogus and x--rounds", config) == "--bogus and x--rounds"
-
-
-def test_library_refusals_read_in_flags_from_the_command_line():
-    """The library names parameters in Python's terms, in backticks; the command line reads
-    them as its flags (nested fields by their own flag, switches by their sense); names that
-    are no field of the experiment, and other text, are left alone."""
-    from jfl.experiments import FlSelection
-
-    config = FlSelection()
-    flags = checks.in_flag_terms
-    assert flags("`out` x holds a sweep; `overwrite=True` replaces it", config) == (
-        "--out x holds a sweep; --overwrite replaces it"
-    )
-    assert flags("`reuse_stale=True`, `plots=False`, `training.lr`, `seeds`", config) == (
-        "--reuse-stale, --no-plots, --lr, --seeds"
-    )
-    assert flags("`bogus`, `policies` and out", config) == "`bogus`, --policies and out"
+    convert = checks.in_python_terms if words == "python" else checks.in_flag_terms
+    assert convert(message, FlSelection()) == expected
