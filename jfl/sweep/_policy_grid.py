@@ -98,16 +98,7 @@ class PolicyGrid:
         try:
             for group, learner in zip(self.groups, self.learners, strict=True):
                 name, size = self._policy(group)
-                hparams = policy_hparams(
-                    name, plan.configs.iloc[group.start : group.stop], plan.fixed
-                )
-                for arrays in (per_config, per_seed):
-                    hparams.update(
-                        {
-                            k: v[group.start : group.stop].astype(np.float32)
-                            for k, v in arrays.items()
-                        }
-                    )
+                hparams = self._hparams(group, per_config, per_seed)
                 bar.set_postfix_str(name)
                 batched = self._batched(name, size, learner, rounds, reducer, tuple(per_seed))
                 count = group.stop - group.start
@@ -132,6 +123,16 @@ class PolicyGrid:
         if len(outputs) > 1:
             outputs = [{k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}]
         return Outputs(outputs[0], self.metrics)
+
+    def _hparams(self, group: Group, per_config, per_seed) -> dict[str, np.ndarray]:
+        """The group's hyperparameters: its policy's (defaults, fixed, swept), then its rows of
+        the per-configuration and per-seed arrays."""
+        rows = slice(group.start, group.stop)
+        name, _ = self._policy(group)
+        hparams = policy_hparams(name, self.plan.configs.iloc[rows], self.plan.fixed)
+        for arrays in (per_config, per_seed):
+            hparams.update({k: v[rows].astype(np.float32) for k, v in arrays.items()})
+        return hparams
 
     def _reducer(self, rounds: int, per_run: tuple[str, ...]):
         rates = [t.hparams[0] for t in self.plan.trackers if "final_queue" in t.outputs]
