@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from jfl.results import bounds_of
 from jfl.stats import INTERVALS, UNBOUNDED, Bounds, interval, stats_ci
 
 # Interval methods by name, as legends say them.
@@ -111,6 +110,7 @@ def seed_band(
     the interval), else from the band ``<variable>_band`` a reduced sweep stores (Student-t
     whatever ``method`` asks, see :func:`band_title`). ``bounds`` default to the variable's
     declared ones (``jfl.results.bounds_of``; none after a ``transform``)."""
+    from jfl.results import bounds_of  # on use: results loads JAX
 
     x = ds[dim].to_numpy()
     if bounds is None:

@@ -19,7 +19,6 @@ from jfl.plots.style import (
     policy_colors,
     varying_hparams,
 )
-from jfl.results import bounds_of, running_selection_fraction
 from jfl.stats import UNIT_INTERVAL, Bounds
 
 
@@ -65,6 +64,7 @@ def plot_over_rounds(
     split into panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of
     ``ds["policy"]``).
     """
+    from jfl.results import bounds_of  # on use: results loads JAX
 
     if cumulative and f"{variable}_band" in ds:
         raise ValueError(f"{variable!r} is a band: plot its cumulative curve's band instead")
@@ -103,6 +103,7 @@ def plot_pull_record(
 ):
     """Selections per client after T rounds, clients sorted ascending per seed (paper Fig. 4);
     the arguments as :func:`plot_over_rounds`'."""
+    from jfl.results import bounds_of  # on use: results loads JAX
 
     varying = varying_hparams(ds) if varying is None else varying
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
@@ -142,6 +143,7 @@ def plot_selection_fraction(
     ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``);
     ``labels`` as :func:`plot_over_rounds`'.
     """
+    from jfl.results import running_selection_fraction  # on use: results loads JAX
 
     varying = varying_hparams(ds)
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
@@ -201,6 +203,7 @@ def plot_accuracy(
     ``ds["policy"]``, the same in every figure of the dataset); ``labels`` as
     :func:`plot_over_rounds`'.
     """
+    from jfl.results import bounds_of  # on use: results loads JAX
 
     varying = varying_hparams(ds, exclude=exclude)
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
