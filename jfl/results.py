@@ -121,7 +121,6 @@ def declared_bounds(
     By name, not as an attribute of the arrays: xarray keeps attributes through arithmetic, so
     a regret computed as a difference of utilities would inherit their ≥ 0.
     """
-
     tables = [CORE_OUTPUTS, LEARNER_OUTPUTS, TRAJECTORY_OUTPUTS, RUN_METRICS, CURVES]
     known = {}
     for table in tables:
@@ -156,7 +155,6 @@ def run_metrics(ds: xr.Dataset, extra=None) -> xr.Dataset:
     [config, client]. ``extra(ds) -> {name: DataArray}`` adds an experiment's own metrics
     (regret, utility, …) after these.
     """
-
     rounds = ds.sizes["round"]
     rate = ds["selection_count"] / rounds
     metrics = {}

@@ -122,7 +122,6 @@ class HflScenario(Experiment):
 
     def scenario(self) -> dict[str, list[float]]:
         """Budgets and deadlines (the preset's when not given)."""
-
         preset = PRESETS[self.preset]
         return {
             "budget": list(self.budget or [float(preset["budget"])]),
@@ -131,7 +130,6 @@ class HflScenario(Experiment):
 
     def environment_params(self, **overrides):
         """The ``hfl`` environment and its preset parameters for this sweep, then ``overrides``."""
-
         params = preset_params(
             self.preset, num_clients=self.clients, num_servers=self.servers, **overrides
         )
@@ -216,7 +214,6 @@ class CocsHfl(HflScenario):
     def plot_axes(self) -> dict[str, list[float]]:
         """Budget, deadline and COCS's h_T and z: the per-round figures draw every policy at
         one point of them."""
-
         axes = self.scenario()
         # Unknown policies are refused by check_policies, after the base checks that call this.
         specs = [REGISTRY[policy] for policy in self.policies if policy in REGISTRY]

@@ -18,7 +18,6 @@ from jfl.policies import REGISTRY, get, readers
 def check_policies(names: Sequence[str], environment: str, trains: bool = False) -> None:
     """Registered, distinct policies that can run on ``environment`` (``--policies`` errors);
     without federated training (``trains``) none may read a learner's signals."""
-
     if not names:
         raise ValueError("--policies: give at least one policy")
     if len(set(names)) != len(names):
@@ -44,7 +43,6 @@ def check_hparams(policies: Sequence[str], values: dict[str, Sequence[float]]) -
 
     A hyperparameter no listed policy reads is not range-checked (it is not used either).
     """
-
     for name, grid in values.items():
         checks.distinct(f"--{name.replace('_', '-')}", list(grid))
         for policy in policies:
@@ -62,7 +60,6 @@ def check_read(
     """ValueError naming the first swept hyperparameter set away from its default (``values``
     against ``defaults``) that none of ``policies`` reads, and the policies that would; those
     in ``read_anyway`` are read by the experiment itself (e.g. a queue rate)."""
-
     for name, grid in values.items():
         if name in read_anyway or tuple(grid) == tuple(defaults.get(name, grid)):
             continue
@@ -82,7 +79,6 @@ def with_queue_rate(configs: pd.DataFrame, target: float) -> pd.DataFrame:
     A policy with a rate of its own (``PolicySpec.queue_rate``: RBCS-F's β) is measured against
     that rate, so that its queue is its own; every other policy against ``target``.
     """
-
     rates = np.full(len(configs), float(target))
     for i, name in enumerate(configs["policy"]):
         own = get(name).queue_rate
@@ -125,7 +121,6 @@ def figure_slice(
     configuration that does not use the hyperparameter (NaN) stays. The subtitle names every
     value held and where it comes from.
     """
-
     chosen = np.ones(ds.sizes["config"], bool)
     if policies is not None:
         chosen &= np.isin(ds["policy"].to_numpy(), list(policies))
@@ -176,7 +171,6 @@ def figure_slice(
 
 def plot_point(config) -> dict[str, float]:
     """``config``'s ``--plot-at`` as ``{axis: value}`` (values as the grid holds them)."""
-
     if not config.plot_at:
         return {}
     return checks.grid_point("--plot-at", config.plot_at, config.plot_axes())

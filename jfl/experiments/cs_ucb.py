@@ -343,7 +343,6 @@ class CsUcbQDelay(WirelessScenario):
 
     def configs(self) -> pd.DataFrame:
         """The configuration table: every policy × β per channel count N (ρ for CS-UCB-Q)."""
-
         sizes = sorted({int(n) for n in self.N})
         fair = [p for p in self.policies if "fairness" in get(p).hparams]
         others = [p for p in self.policies if p not in fair]

@@ -32,7 +32,6 @@ from jfl.sweep import Plan
 def e3cs_configs(policies, sigma, eta, inc_switch: int | None) -> pd.DataFrame:
     """One row per configuration: every policy, E3CS once per σ share and, with
     ``inc_switch``, once more as E3CS-inc (``switch`` = that round, σ then ignored)."""
-
     configs = sweep.config_table(policies, {"sigma": list(sigma), "eta": list(eta)})
     configs["switch"] = np.where(configs["policy"] == "e3cs", 0.0, np.nan)
     if inc_switch is not None and "e3cs" in policies:
@@ -221,7 +220,6 @@ def write_class_fractions(summary: pd.DataFrame, success_rates: Sequence[float],
     """Each configuration's selection fraction per class (mean and interval over seeds), with
     E3CS's fairness floor as a tick where it has one; the classes named with their success
     rates ρ (``success_rates``, one per class), the methods by :func:`method_labels`."""
-
     num_classes = len(success_rates)
 
     labels = method_labels(summary)

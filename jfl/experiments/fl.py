@@ -50,7 +50,6 @@ QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10)
 
 def slots_of(num_clients: int):
     """``slots(policy, size)``: the most clients a policy may select in a round."""
-
     return lambda policy, size: get(policy).max_selected(num_clients, size)
 
 

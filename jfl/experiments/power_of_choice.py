@@ -174,7 +174,6 @@ class PowDQuadratic(Experiment):
 
     def instance(self):
         """The fixed instance (``jfl.fl.quadratic.QuadraticData``, float32)."""
-
         return make_instance(
             self.instance_seed,
             self.clients,

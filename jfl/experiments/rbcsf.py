@@ -80,7 +80,6 @@ class RbcsfScenario(Experiment):
 
     def environment_params(self):
         """The ``rbcsf`` environment and its parameters for this sweep."""
-
         env = RbcsfEnv()
         return env, env.default_params(
             num_clients=self.clients,
@@ -90,7 +89,6 @@ class RbcsfScenario(Experiment):
 
     def bandit_hparams(self, params) -> dict[str, float]:
         """RBCS-F's Lemma-1 R, S, L for ``params`` (used by its ``lemma1`` schedule)."""
-
         bounds = bandit_bounds(params)
         return {
             "noise_scale": bounds.noise,
@@ -169,7 +167,6 @@ def write_figures(ds, summary, folder, point=None, defaults=None, ci="t") -> Non
     middle of the grid, named under the title. The heatmaps average over α unless ``point``
     fixes it, and say which. ``ci``: the interval of the bands (``--ci``).
     """
-
     point = dict(point or {})
     defaults = dict(defaults or {})
     policy = ds["policy"].to_numpy()

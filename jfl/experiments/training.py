@@ -135,7 +135,6 @@ class FederatedTraining:
         (``PolicySpec.aggregation``), and a policy with its own weights keeps them
         ("policy_weights") whatever is asked; rows that resolve alike are kept once. Call it
         before building arrays aligned with the configurations."""
-
         rows, resolved = [], []
         for row, policy in enumerate(configs["policy"]):
             protocol = get(policy).aggregation
@@ -149,7 +148,6 @@ class FederatedTraining:
 
     def partition(self, name: str, labels, num_clients: int, **options) -> Partition:
         """``jfl.fl.make_partition`` of the training labels from ``--partition-seed``."""
-
         return make_partition(name, labels, num_clients, self.partition_seed, **options)
 
     def load_data(self) -> Dataset:
@@ -172,7 +170,6 @@ class FederatedTraining:
     def check_model_input(self, dataset: Dataset) -> None:
         """ValueError (one line) when ``--model`` with ``--padding`` cannot take the dataset's
         samples, e.g. a "valid" CNN on 8×8 digits."""
-
         model = make_model(self.model, dataset.num_classes, self.padding)
         check_input_shape(model, dataset.x_train.shape[1:], dataset.name)
 
@@ -191,7 +188,6 @@ class FederatedTraining:
         ``aggregation`` columns: ``with_aggregation``) with the learner, the stacked data, the
         memory estimate and the accuracy variables; ``slots(policy, size)`` bounds the clients a
         policy can select in a round."""
-
         configs = plan.configs
         if "aggregation" not in configs:
             raise ValueError("the configurations need an aggregation column: with_aggregation")
@@ -326,7 +322,6 @@ def write_figures(
     """Accuracy (or another evaluation, ``variable``: ``test_loss``) vs round and vs
     wall-clock, one figure per scenario (partition × lr), every configuration of the scenario a
     line; ``method``: the interval of the bands (``--ci``)."""
-
     scenario = np.stack(
         [ds["partition"].to_numpy(), ds["learning_rate"].to_numpy()], axis=1
     ).astype(float)

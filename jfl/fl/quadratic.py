@@ -130,7 +130,6 @@ def make_quadratic_learner(num_clients: int, *, local_steps: int = 2, aggregatio
     ``signals`` gives ``local_loss`` and ``minibatch_loss`` (both F_k(w): no samples to draw
     from) and ``data_size`` (p_k); ``step`` gives ``train_loss``; ``evaluate`` the ``gap``.
     """
-
     num_clients = checks.integer("num_clients", num_clients)
     local_steps = checks.integer("local_steps", local_steps)
     if aggregation not in AGGREGATIONS:
