@@ -275,11 +275,11 @@ class OutputMode:
         """The outputs kept for every run beside the dataset's own variables."""
         return ()
 
-    def dataset(self, outputs, configs, seeds, dims):
+    def dataset(self, outputs, configs, seeds, grid: sweep.PolicyGrid):
         """The labelled dataset of the sweep's outputs."""
         raise NotImplementedError
 
-    def summarized(self, experiment: Experiment, ds, dims):
+    def summarized(self, experiment: Experiment, ds, grid: sweep.PolicyGrid):
         """The dataset with the experiment's own per-run metrics, and the summary table."""
         raise NotImplementedError
 
@@ -294,10 +294,10 @@ class OnHost(OutputMode):
 
     description = "every run's rounds"
 
-    def dataset(self, outputs, configs, seeds, dims):
-        return results.to_dataset(outputs, configs, seeds, dims=dims)
+    def dataset(self, outputs, configs, seeds, grid):
+        return results.to_dataset(outputs, configs, seeds, dims=grid.dims)
 
-    def summarized(self, experiment: Experiment, ds, dims):
+    def summarized(self, experiment: Experiment, ds, grid):
         summary = results.summarize(
             ds, method=experiment.ci, metrics=experiment.metrics, bounds=experiment.metric_bounds
         )
@@ -313,14 +313,17 @@ class OnDevice(OutputMode):
     def per_run(self, experiment, dims, trackers) -> tuple[str, ...]:
         return per_run_outputs(experiment, dims, trackers)
 
-    def dataset(self, outputs, configs, seeds, dims):
-        reduced = reduction.reduced_dims(dims)
-        return results.to_dataset(outputs, configs, seeds, dims=reduced, leading=("config",))
+    def dataset(self, outputs, configs, seeds, grid):
+        reduced = reduction.reduced_dims(grid.dims, extra=grid.plan.reductions)
+        declared = {**outputs.metrics, **grid.reduced_declarations()}
+        return results.to_dataset(
+            outputs, configs, seeds, dims=reduced, leading=("config",), metrics=declared
+        )
 
-    def summarized(self, experiment: Experiment, ds, dims):
+    def summarized(self, experiment: Experiment, ds, grid):
         extra = experiment.metrics(ds)  # the experiment's own per-run metrics [config, seed]
         ds = ds.assign(extra)
-        metrics = [*reduction.run_metric_names(dims), *extra]
+        metrics = [*reduction.run_metric_names(grid.dims, grid.plan.reductions), *extra]
         summary = results.summary_table(
             ds, metrics, method=experiment.ci, bounds=experiment.metric_bounds
         )
@@ -490,9 +493,9 @@ def finish(prepared: Prepared, outputs, wall: float) -> Result:
     """The labelled dataset and summary of the outputs, written by process 0."""
     p, experiment = prepared, prepared.experiment
     dims = p.grid.dims
-    ds = p.mode.dataset(outputs, p.plan.configs, p.seeds, dims)
+    ds = p.mode.dataset(outputs, p.plan.configs, p.seeds, p.grid)
     ds = ds if p.plan.finish is None else p.plan.finish(ds)
-    ds, summary = p.mode.summarized(experiment, ds, dims)
+    ds, summary = p.mode.summarized(experiment, ds, p.grid)
     store = p.directory.store
     counts = {"chunks_computed": store.computed, "chunks_reused": store.reused}
     if not p.layout.writes_outputs:
@@ -534,7 +537,7 @@ def _rewritten(p: Prepared, stored, start: float) -> Result:
     """The result of a finished sweep from its results file: the summary (at this run's
     ``--ci``) and the figures written again; reused stale results noted in ``metadata.json``."""
     experiment, out = p.experiment, p.directory.path
-    ds, summary = p.mode.summarized(experiment, stored, p.grid.dims)
+    ds, summary = p.mode.summarized(experiment, stored, p.grid)
     chunks = p.directory.finished_chunks()
     if p.layout.writes_outputs:
         _warn_nonfinite(ds)

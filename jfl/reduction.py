@@ -46,7 +46,7 @@ class RunView(NamedTuple):
     """One run's outputs as the metrics read them."""
 
     outputs: Mapping[str, jax.Array]  # RunOutput.arrays() of one run
-    hparams: Mapping[str, jax.Array]  # its configuration's hyperparameters
+    hparams: Mapping[str, jax.Array]  # its configuration's, and its own seed's row of per-seed ones
     num_rounds: int
     rate: str  # the hyperparameter holding the fairness queue's rate
 
@@ -61,11 +61,26 @@ class RunMetric(NamedTuple):
 
 
 class Curve(NamedTuple):
-    """A per-run curve that the figures band over seeds, beside the recorded outputs."""
+    """A per-run curve that the figures band over seeds, beside the recorded outputs: computed
+    for the runs that record every output it ``reads``."""
 
     dims: tuple[str, ...]
     fn: Callable[[RunView], jax.Array]
     bounds: Bounds = UNBOUNDED
+    reads: tuple[str, ...] = ()
+
+
+class Reductions(NamedTuple):
+    """An experiment's own per-run metrics and curves, reduced on the device beside the
+    library's (``RUN_METRICS``, ``CURVES``): a regret against a benchmark each run reads from
+    its hyperparameters, accuracy targets, … (``jfl.sweep.Plan.reductions``). Each is computed
+    for the runs that record every output it reads, as the library's are."""
+
+    metrics: Mapping[str, RunMetric] = {}
+    curves: Mapping[str, Curve] = {}
+
+
+NO_REDUCTIONS = Reductions()
 
 
 def _rates(run: RunView) -> jax.Array:
@@ -131,9 +146,21 @@ RUN_METRICS: dict[str, RunMetric] = {
 }
 
 
-def run_metric_names(dims: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """The ``RUN_METRICS`` a run with outputs ``dims`` has, in order."""
-    return [name for name, metric in RUN_METRICS.items() if set(metric.reads) <= set(dims)]
+def run_metric_names(
+    dims: Mapping[str, tuple[str, ...]], extra: Reductions = NO_REDUCTIONS
+) -> list[str]:
+    """The ``RUN_METRICS`` a run with outputs ``dims`` has, in order, then ``extra``'s."""
+    return list(_run_metrics(dims, extra))
+
+
+def _run_metrics(dims, extra: Reductions) -> dict[str, RunMetric]:
+    metrics = {**RUN_METRICS, **extra.metrics}
+    return {name: m for name, m in metrics.items() if set(m.reads) <= set(dims)}
+
+
+def _curves(dims, extra: Reductions) -> dict[str, Curve]:
+    curves = {**CURVES, **extra.curves}
+    return {name: c for name, c in curves.items() if set(c.reads) <= set(dims)}
 
 
 # Per-run curves the figures band over seeds, beside the recorded outputs.
@@ -160,20 +187,25 @@ def seed_band(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
     return mean, pairwise_sum(_squares(deviation)) / (n - 1)
 
 
-def band_dims(dims: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-    """Dims of every band ``<name>_band`` (``stat`` first), given the run's output dims."""
+def band_dims(
+    dims: Mapping[str, tuple[str, ...]], extra: Reductions = NO_REDUCTIONS
+) -> dict[str, tuple[str, ...]]:
+    """Dims of every band ``<name>_band`` (``stat`` first), given the run's output dims and
+    the experiment's ``extra`` reductions."""
     banded = {name: d for name, d in dims.items() if len(d) == 1 and d[0] in (ROUND, CLIENT, EVAL)}
-    banded.update({name: curve.dims for name, curve in CURVES.items()})
+    banded.update({name: curve.dims for name, curve in _curves(dims, extra).items()})
     return {f"{name}_band": (STAT, *d) for name, d in banded.items()}
 
 
 def reduced_dims(
-    dims: Mapping[str, tuple[str, ...]], keep: tuple[str, ...] = ()
+    dims: Mapping[str, tuple[str, ...]],
+    keep: tuple[str, ...] = (),
+    extra: Reductions = NO_REDUCTIONS,
 ) -> dict[str, tuple[str, ...]]:
     """Dims after the leading config axis of everything ``make_reducer(dims, …)`` returns."""
     scalars = [name for name, d in dims.items() if d == ()]
-    out = {name: ("seed",) for name in (*run_metric_names(dims), *scalars)}
-    out.update(band_dims(dims))
+    out = {name: ("seed",) for name in (*run_metric_names(dims, extra), *scalars)}
+    out.update(band_dims(dims, extra))
     out.update({name: ("seed", *dims[name]) for name in keep})
     return out
 
@@ -183,30 +215,33 @@ def make_reducer(
     num_rounds: int,
     keep: tuple[str, ...] = (),
     rate: str = QUEUE_RATE,
+    extra: Reductions = NO_REDUCTIONS,
 ):
-    """``reduce(outputs, hparams) -> {name: array}`` for one configuration's seeds.
+    """``reduce(outputs, hparams, seeded) -> {name: array}`` for one configuration's seeds.
 
     ``outputs`` are ``RunOutput.arrays()`` with a leading seed axis; ``hparams`` are the
-    configuration's hyperparameters (those without a seed axis). ``keep`` names outputs returned
-    per run as well. ``rate`` names the hyperparameter that the fairness queue reads (its
-    ``fairness_queue(rate)``). ``reduced_dims`` gives every returned name's dims.
+    configuration's hyperparameters without a seed axis, ``seeded`` those with one (each run
+    reads its own row: a benchmark that depends on the seed's client layout, say). ``keep``
+    names outputs returned per run as well. ``rate`` names the hyperparameter that the fairness
+    queue reads (its ``fairness_queue(rate)``); ``extra`` adds an experiment's own metrics and
+    curves. ``reduced_dims(dims, keep, extra)`` gives every returned name's dims.
     """
     unknown = [name for name in keep if name not in dims]
     if unknown:
         raise ValueError(f"cannot keep {unknown}: not among the run's outputs {sorted(dims)}")
     scalars = [name for name, d in dims.items() if d == ()]
-    banded = [band.removesuffix("_band") for band in band_dims(dims)]
+    banded = [band.removesuffix("_band") for band in band_dims(dims, extra)]
+    run_metrics, run_curves = _run_metrics(dims, extra), _curves(dims, extra)
 
-    metric_names = run_metric_names(dims)
-
-    def per_run(outputs, hparams):
-        run = RunView(outputs, hparams, num_rounds, rate)
-        metrics = {name: RUN_METRICS[name].fn(run).astype(jnp.float32) for name in metric_names}
-        curves = {name: curve.fn(run) for name, curve in CURVES.items()}
+    def per_run(outputs, hparams, seeded):
+        run = RunView(outputs, {**hparams, **seeded}, num_rounds, rate)
+        metrics = {name: m.fn(run).astype(jnp.float32) for name, m in run_metrics.items()}
+        curves = {name: curve.fn(run).astype(jnp.float32) for name, curve in run_curves.items()}
         return metrics, curves
 
-    def reduce(outputs, hparams):
-        metrics, curves = jax.vmap(per_run, in_axes=(0, None))(dict(outputs), dict(hparams))
+    def reduce(outputs, hparams, seeded=None):
+        over_seeds = jax.vmap(per_run, in_axes=(0, None, 0))
+        metrics, curves = over_seeds(dict(outputs), dict(hparams), dict(seeded or {}))
         reduced = {**metrics, **{name: outputs[name] for name in scalars}}
         series = {**outputs, **curves}
         for name in banded:

@@ -423,7 +423,8 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
     mean rewards of the seed's client layout.
 
     With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead the dict that
-    ``reduce(outputs[S, ...], hparams)`` returns for each configuration, with a leading axis
+    ``reduce(outputs[S, ...], hparams, seeded)`` returns for each configuration (``seeded``: the
+    ``seed_hparams``, with their seed axis), with a leading axis
     ``[C]``: the reduction runs on the device, on the outputs the runs left there, and only its
     (small) outputs leave it. It is a program of its own: fused into the runs' program, XLA
     would compute some of its sums differently for different numbers of configurations.
@@ -449,7 +450,8 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
     def run_and_reduce(keys, hparams, num_configs=None):
         outputs = batched(keys, hparams, num_configs)
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
-        return reduce_configs(outputs.arrays(), shared)
+        seeded = {k: hparams[k] for k in seed_hparams}
+        return reduce_configs(outputs.arrays(), shared, seeded)
 
     return run_and_reduce
 

@@ -111,6 +111,52 @@ def rbcsf_runs():
     return full, chunked, hparams["beta"], dims
 
 
+def test_an_experiments_own_reductions_read_each_runs_seed(rbcsf_runs):
+    """``Reductions``: a metric and a curve of the experiment's, reading a per-seed
+    hyperparameter (each run its own seed's row), equal NumPy's and do not depend on the
+    chunk; ``reduced_dims`` lists them."""
+    from jfl.envs import RbcsfEnv
+    from jfl.policies import get
+
+    full, _, beta, dims = rbcsf_runs
+    env = RbcsfEnv()
+    params = env.default_params(num_clients=12)
+    run = make_run(env, params, get("rbcsf").build(12, 3), 20, trackers=(fairness_queue("beta"),))
+    extra = reduction.Reductions(
+        metrics={
+            "time_over": reduction.RunMetric(
+                (), lambda r: jnp.sum(r.outputs["round_time"] - r.hparams["offset"])
+            )
+        },
+        curves={
+            "shifted_time": reduction.Curve(
+                ("round",), lambda r: r.outputs["round_time"] + r.hparams["offset"]
+            ),
+            "never": reduction.Curve(("round",), lambda r: r.outputs["nope"], reads=("nope",)),
+        },
+    )
+    hparams = {k: np.full(4, v, np.float32) for k, v in get("rbcsf").complete({}).items()}
+    hparams["V"] = np.array([0.0, 1.0, 10.0, 50.0], np.float32)
+    hparams["beta"] = beta
+    offset = np.random.default_rng(3).uniform(0, 1, (4, 5)).astype(np.float32)
+    hparams["offset"] = offset
+    reducer = reduction.make_reducer(dims, 20, rate="beta", extra=extra)
+    batched = make_batched_run(run, seed_hparams=("offset",), reduce=reducer)
+    keys = seed_keys(0, np.arange(5))
+    chunked = {size: sweep.run_chunked(batched, keys, hparams, size) for size in (1, 3)}
+    reduced = chunked[3]
+    assert set(reduced) == set(reduction.reduced_dims(dims, extra=extra))
+    assert "never_band" not in reduced and "shifted_time_band" in reduced
+    times = np.asarray(full["round_time"], float)
+    want = (times - offset[..., None]).sum(-1)
+    np.testing.assert_allclose(reduced["time_over"], want, rtol=RTOL, atol=RTOL * 20)
+    for c in range(4):
+        shifted = times[c] + offset[c][:, None]
+        assert_band(reduced["shifted_time_band"][c], shifted, "shifted")
+    for name in reduced:
+        np.testing.assert_array_equal(chunked[1][name], reduced[name], err_msg=name)
+
+
 def test_device_metrics_and_bands_equal_numpy(rbcsf_runs):
     full, chunked, beta, dims = rbcsf_runs
     reduced = chunked[3]

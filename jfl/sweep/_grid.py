@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from jfl.policies import get as get_policy
+from jfl.reduction import NO_REDUCTIONS, Reductions
 
 
 def config_table(
@@ -137,4 +138,6 @@ class Plan:
     eval_every: int | None = None
     trackers: tuple = ()  # jfl.trackers kept in every run (their hparams: columns or per_config)
     finish: Callable | None = None  # ds -> ds: the experiment's variables, attributes
+    # The experiment's own per-run metrics and curves, reduced on the device (jfl.reduction).
+    reductions: Reductions = NO_REDUCTIONS
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)

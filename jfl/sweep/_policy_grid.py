@@ -9,7 +9,7 @@ import numpy as np
 from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
 from jfl.distributed import SINGLE, Layout
-from jfl.outputs import Outputs, learner_outputs, output_metrics
+from jfl.outputs import Metric, Outputs, learner_outputs, output_metrics
 from jfl.policies import get as get_policy
 from jfl.reduction import make_reducer
 from jfl.runner import make_batched_run, make_run, seed_keys
@@ -52,6 +52,14 @@ class PolicyGrid:
         )
         self.dims = {name: tuple(metric.dims) for name, metric in self.metrics.items()}
         self.exact = plan.learner is not None and not self.learners[0].batch_invariant
+
+    def reduced_declarations(self) -> dict[str, Metric]:
+        """The declarations of what a reduction on the device returns beside the runs' own
+        outputs: the experiment's metrics and curves (``Plan.reductions``), for their bounds."""
+        extra = self.plan.reductions
+        declared = {n: Metric(("seed",), "", m.bounds) for n, m in extra.metrics.items()}
+        declared.update({n: Metric(c.dims, "", c.bounds) for n, c in extra.curves.items()})
+        return declared
 
     def _checked_learner(self, group: Group):
         name, size = self._policy(group)
@@ -136,7 +144,9 @@ class PolicyGrid:
 
     def _reducer(self, rounds: int, per_run: tuple[str, ...]):
         rates = [t.hparams[0] for t in self.plan.trackers if "final_queue" in t.outputs]
-        return make_reducer(self.dims, rounds, tuple(per_run), *rates[:1])
+        return make_reducer(
+            self.dims, rounds, tuple(per_run), *rates[:1], extra=self.plan.reductions
+        )
 
     def _batched(self, name, size, learner, rounds, reducer, seed_hparams):
         plan = self.plan
