@@ -254,12 +254,13 @@ def per_run_outputs(
 ) -> tuple[str, ...]:
     """The outputs a reduced sweep keeps for every run: the per-round ones with
     ``--per-run-rounds``, the trajectories (the runner's and the trackers') with
-    ``--trajectories``."""
+    ``--trajectories`` (only then, although the runs may record them for the experiment's
+    reductions)."""
     trajectories = {*TRAJECTORY_OUTPUTS, *(name for t in trackers for name in t.trajectories)}
     return tuple(
         name
         for name, d in dims.items()
-        if d and (experiment.per_run_rounds or (experiment.trajectories and name in trajectories))
+        if d and (experiment.trajectories if name in trajectories else experiment.per_run_rounds)
     )
 
 

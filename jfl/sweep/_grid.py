@@ -140,4 +140,7 @@ class Plan:
     finish: Callable | None = None  # ds -> ds: the experiment's variables, attributes
     # The experiment's own per-run metrics and curves, reduced on the device (jfl.reduction).
     reductions: Reductions = NO_REDUCTIONS
+    # Whether the runs record the trajectories (selections, queues) for those reductions even
+    # where they are not kept per run (--trajectories).
+    trajectories: bool = False
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)

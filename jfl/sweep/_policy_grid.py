@@ -39,6 +39,8 @@ class PolicyGrid:
 
     def __init__(self, plan: Plan, trajectories: bool = False):
         self.plan = plan
+        # Recorded for the experiment's reductions, or to be kept per run.
+        trajectories = trajectories or plan.trajectories
         self.trajectories = trajectories
         self.sizes = selection_sizes(plan.configs, plan.selection_size)
         self.groups = policy_groups(plan.configs, plan.selection_size)
