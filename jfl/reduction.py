@@ -154,7 +154,9 @@ def run_metric_names(
 
 
 def _run_metrics(dims, extra: Reductions) -> dict[str, RunMetric]:
-    metrics = {**RUN_METRICS, **extra.metrics}
+    # A federated run's accuracy metrics lead, as they do on the host (``jfl.results``).
+    leading = {name: m for name, m in extra.metrics.items() if name in ACCURACY_METRICS}
+    metrics = {**leading, **RUN_METRICS, **extra.metrics}
     return {name: m for name, m in metrics.items() if set(m.reads) <= set(dims)}
 
 
@@ -250,3 +252,57 @@ def make_reducer(
         return reduced
 
     return reduce
+
+
+# --------------------------------------------------------------------------- federated accuracy
+
+# docs/metrics.md#federated-training: the final test accuracy; the first evaluated round with
+# accuracy ≥ the target and the simulated wall-clock at it (NaN for a run that never reaches it:
+# censored, so that their means are over the runs that do); whether it does.
+ACCURACY_METRICS = ("final_accuracy", "rounds_to_accuracy", "time_to_accuracy", "reached_accuracy")
+
+
+def _first_reached(run: RunView, target: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Whether the run's accuracy reaches ``target`` at an evaluation, and the round of the
+    first that does (evaluations at rounds 0, k, 2k, …, T, as ``jfl.results.to_dataset``
+    labels them)."""
+    accuracy = run.outputs["accuracy"]
+    reached = accuracy >= target
+    period = run.num_rounds // max(accuracy.shape[-1] - 1, 1)
+    return jnp.any(reached), jnp.argmax(reached) * period  # argmax: the first True
+
+
+def _time_at(run: RunView, rounds: jax.Array) -> jax.Array:
+    """The simulated clock after ``rounds`` rounds: ``wall_clock[rounds - 1]``, 0 at round 0
+    (the initial model)."""
+    clock = run.outputs["wall_clock"][jnp.maximum(rounds - 1, 0)]
+    return jnp.where(rounds > 0, clock, 0.0)
+
+
+def accuracy_metrics(target: float | None) -> dict[str, RunMetric]:
+    """A federated run's accuracy metrics (``ACCURACY_METRICS``) against the accuracy
+    ``target`` (compared in float32, as the host compares the float32 accuracies with it);
+    ``final_accuracy`` alone without one. Computed for the runs that record ``accuracy`` (and
+    ``wall_clock``); ``jfl.results.accuracy_metrics`` is their host reference."""
+    final = RunMetric(("accuracy",), lambda r: r.outputs["accuracy"][-1], UNIT_INTERVAL)
+    metrics = {"final_accuracy": final}
+    if target is None:
+        return metrics
+    goal = jnp.float32(target)
+    reads = ("accuracy", "wall_clock")
+
+    def rounds(run: RunView) -> jax.Array:
+        ever, first = _first_reached(run, goal)
+        return jnp.where(ever, first.astype(jnp.float32), jnp.nan)
+
+    def time(run: RunView) -> jax.Array:
+        ever, first = _first_reached(run, goal)
+        return jnp.where(ever, _time_at(run, first), jnp.nan)
+
+    def reached(run: RunView) -> jax.Array:
+        return _first_reached(run, goal)[0].astype(jnp.float32)
+
+    metrics["rounds_to_accuracy"] = RunMetric(reads, rounds, NONNEGATIVE)
+    metrics["time_to_accuracy"] = RunMetric(reads, time, NONNEGATIVE)
+    metrics["reached_accuracy"] = RunMetric(reads, reached, UNIT_INTERVAL)
+    return metrics
