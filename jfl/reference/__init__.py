@@ -1,6 +1,7 @@
 """Plain NumPy reference implementations, written independently of the JAX code.
 
-They serve as ground truth for the test suite and as the per-seed loop baseline of the benchmark.
+They serve as ground truth for the test suite and as the benchmark's NumPy baselines: the
+per-seed loop and, for RBCS-F, the program batched over runs.
 """
 
 from jfl.reference.numpy_rbcsf import (
@@ -12,12 +13,15 @@ from jfl.reference.numpy_rbcsf import (
     p4_algorithm1,
     p4_bruteforce,
     p4_objective,
+    p4_prefix_batched,
     p4_prefix_heap,
     paper_theta,
+    rbcsf_numpy_batched,
     rbcsf_numpy_loop,
     realised_times,
     rollout_environment,
     simulate_rbcsf,
+    simulate_rbcsf_batched,
 )
 from jfl.reference.numpy_wireless import (
     WirelessTrace,
@@ -51,14 +55,17 @@ __all__ = [
     "p4_algorithm1",
     "p4_bruteforce",
     "p4_objective",
+    "p4_prefix_batched",
     "p4_prefix_heap",
     "paper_speed_bounds",
     "paper_theta",
+    "rbcsf_numpy_batched",
     "rbcsf_numpy_loop",
     "realised_times",
     "rollout_environment",
     "round_robin_numpy",
     "simulate_rbcsf",
+    "simulate_rbcsf_batched",
     "snr_numpy",
     "top_available",
     "transfer_time_cdf",

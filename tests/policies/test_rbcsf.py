@@ -354,3 +354,37 @@ def test_reference_loop_is_consistent():
     k = np.minimum(M, draws.available.sum(axis=1))
     np.testing.assert_array_equal(trace.selected.sum(axis=1), k)
     assert not np.any(trace.selected & ~draws.available)
+
+
+def test_batched_reference_equals_the_per_seed_loop():
+    """The NumPy program batched over runs (the benchmark's CPU yardstick) solves P4 as
+    p4_prefix_heap does on random instances with ties, unavailable clients and m above the
+    available count, and runs RBCS-F to the per-seed loop's round times and queues."""
+    from jfl.reference.numpy_rbcsf import (
+        p4_prefix_batched,
+        p4_prefix_heap,
+        rbcsf_numpy_batched,
+    )
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        runs, n, m = 4, int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        tau = rng.uniform(0, 3, (runs, n))
+        queue = rng.uniform(0, 2, (runs, n))
+        if trial % 3 == 0:
+            queue = np.round(queue)  # ties among the queues
+        if trial % 5 == 0:
+            tau = np.round(tau)  # ties in τ̄: decided by the priority
+        available = rng.random((runs, n)) < 0.7
+        V = rng.uniform(0, 5, runs)
+        priority = np.stack([rng.permutation(n) for _ in range(runs)])
+        masks = p4_prefix_batched(tau, queue, available, m, V, priority)
+        for r in range(runs):
+            _, want = p4_prefix_heap(tau[r], queue[r], available[r], m, V[r], priority[r])
+            np.testing.assert_array_equal(masks[r], want, err_msg=f"trial {trial} run {r}")
+    seeds = [3, 11, 77]
+    times, final_queue = rbcsf_numpy_batched(seeds, 100, N, M, V=10.0)
+    for i, seed in enumerate(seeds):
+        trace = rbcsf_numpy_loop(seed, 100, N, M, V=10.0)
+        np.testing.assert_allclose(times[i], trace.round_time, rtol=1e-12)
+        np.testing.assert_allclose(final_queue[i], trace.queue[-1], rtol=1e-12, atol=1e-12)
