@@ -25,7 +25,13 @@ Prints, for the same machine and the same run:
   8. with --memory: peak resident memory and bytes written of docs/scale.md's "Bigger grids"
      command and of a 10^6-run sweep (16,384 configurations × 64 seeds × 500 rounds), as processes;
   9. ``divide_and_conquer``'s sequential and parallel schedules (section ``p4``) for
-     N = 10^4 … 10^7 (m = 8), one jitted instance each, and their ratio.
+     N = 10^4 … 10^7 (m = 8), one jitted instance each, and their ratio;
+ 10. (``--sections moonshot``, not in the default run) the moonshot: the main job on a 64 × 64
+     × 8 (V, β, α) grid × 300 seeds (9.8 × 10^6 runs × 500 rounds) as a process, with a cold
+     and a warm compilation cache: wall time, peak host memory, bytes written; on a CPU at
+     8 × 8 × 2 × 64 seeds.
+Sections 1 and 7 also time RBCS-F in NumPy batched over runs (``jfl.reference.
+rbcsf_numpy_batched``) and give the driver's ratio to it.
 No number here is asserted anywhere; docs/benchmarks.md records a table from this script.
 """
 
@@ -58,8 +64,14 @@ from jfl.trackers import fairness_queue
 N, M, T = 40, 8, 500
 K_WIRELESS, N_WIRELESS, FAIRNESS_WIRELESS = 20, 5, 0.2  # c_k = 0.2: Σc = 4 ≤ N
 SECTIONS = ("rbcsf", "kernel", "chunks", "cs_ucb_q", "cocs", "assignment", "driver", "p4")
-# Not in the default run: minutes of large batches, meant for an accelerator.
-OPTIONAL_SECTIONS = ("accelerator",)
+# Not in the default run: minutes of large batches, meant for an accelerator, and the moonshot
+# (10^7 runs on an accelerator; a reduced size on a CPU).
+OPTIONAL_SECTIONS = ("accelerator", "moonshot")
+# The moonshot: a 64 × 64 × 8 (V, β, α) grid × 300 seeds = 9,830,400 runs of 500 rounds; on a
+# CPU the same command at 8 × 8 × 2 × 64 = 8,192 runs (the driver, the reductions and the files
+# are the same; only the sizes differ).
+MOONSHOT = {"V": 64, "beta": 64, "alpha": 8, "seeds": 300}
+MOONSHOT_CPU = {"V": 8, "beta": 8, "alpha": 2, "seeds": 64}
 N_HFL, M_HFL = 50, 3
 
 
@@ -122,6 +134,18 @@ def numpy_throughput(num_seeds: int, rounds: int, repeats: int = 3) -> float:
         rbcsf_numpy_loop(seed, rounds, N, M, V=10.0, beta=0.15, alpha=0.1, lam=1.0)
 
     return numpy_loop_rate(one_seed, num_seeds, rounds, repeats)
+
+
+def numpy_batched_throughput(num_runs: int, rounds: int, repeats: int = 2) -> float:
+    """config-rounds/s of RBCS-F in NumPy batched over ``num_runs`` runs
+    (``jfl.reference.rbcsf_numpy_batched``: each run's draws, then every round for all runs at
+    once), best of ``repeats``."""
+    from jfl.reference import rbcsf_numpy_batched
+
+    def batched():
+        rbcsf_numpy_batched(range(num_runs), rounds, N, M, V=10.0, beta=0.15, alpha=0.1)
+
+    return num_runs * rounds / best_time(batched, repeats)
 
 
 def jfl_throughput(batch: int, rounds: int):
@@ -417,6 +441,41 @@ def accelerator_section(quick: bool, numpy_seeds: int) -> None:
     print_main_job_rows(rows, T, bare)
 
 
+def moonshot_flags(size: dict) -> list[str]:
+    """The main job's flags for a (V, β, α) grid of ``size`` × its seeds, RBCS-F only."""
+    return [
+        "--V", f"0:50:{size['V']}", "--beta", f"0:0.3:{size['beta']}",
+        "--alpha", f"0.05:0.2:{size['alpha']}", "--seeds", str(size["seeds"]),
+        "--policies", "rbcsf", "--rounds", str(T),
+    ]  # fmt: skip
+
+
+def moonshot_section(quick: bool) -> None:
+    """The moonshot end to end: ``sweeps/v_beta_grid.py`` on 10^7 runs × 500 rounds as a
+    process (on an accelerator; a CPU runs the reduced ``MOONSHOT_CPU``), twice (the second
+    with the compiled programs in the cache): wall time, driver time, peak host memory (the
+    process's VmHWM), bytes written."""
+    import tempfile
+
+    on_cpu = jax.default_backend() == "cpu"
+    size = MOONSHOT_CPU if on_cpu or quick else MOONSHOT
+    if quick:
+        size = {**size, "V": 4, "beta": 4, "seeds": 16}
+    runs = size["V"] * size["beta"] * size["alpha"] * size["seeds"]
+    where = "reduced size on a CPU" if size is not MOONSHOT else jax.devices()[0].device_kind
+    print(
+        f"\nmoonshot: {size['V']} × {size['beta']} × {size['alpha']} (V, β, α) × "
+        f"{size['seeds']} seeds = {runs:,} runs × {T} rounds ({where})"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["JFL_CACHE_DIR"] = cache
+        for _ in ("cold", "warm"):
+            with tempfile.TemporaryDirectory() as out:
+                rows.append((runs, sweep_process(moonshot_flags(size), out)))
+    print_main_job_rows(rows, T, None)
+
+
 def memory_section(quick: bool) -> None:
     """Peak resident memory and bytes written of docs/scale.md's "Bigger grids" command and of
     a 10^6-run sweep, each in a fresh process."""
@@ -476,6 +535,10 @@ def main(argv=None) -> int:
             batches,
             lambda batch: jfl_throughput(batch, rounds),
         )
+        for runs in (256,) if args.quick else (256, 1024):
+            rate = numpy_batched_throughput(runs, rounds)
+            ratio = rate / numpy_rate
+            print(f"{'NumPy batched over runs':<28}{runs:>8}{rate:>18,.0f}{ratio:>10.1f}")
 
     if "kernel" in sections:
         sizes = (40, 1_000, 10_000) if args.quick else (40, 1_000, 10_000, 100_000, 1_000_000)
@@ -536,6 +599,9 @@ def main(argv=None) -> int:
             f"   ({seconds[small]:.1f} s and {seconds[large]:.1f} s)"
         )
         print(f"{'driver / bare runner':<40}{marginal / bare:>18.2f}")
+        batched = max(numpy_batched_throughput(runs, rounds) for runs in (256, 1024))
+        print(f"{'NumPy batched over runs, best of 256, 1024':<40}{batched:>18,.0f}")
+        print(f"{'driver / NumPy batched':<40}{marginal / batched:>18.1f}")
 
     if "assignment" in sections:
         from jfl.reference.milp_assignment import optimality_ratios
@@ -559,6 +625,9 @@ def main(argv=None) -> int:
 
     if "accelerator" in sections:
         accelerator_section(args.quick, args.numpy_seeds)
+
+    if "moonshot" in sections:
+        moonshot_section(args.quick)
 
     if args.memory:
         memory_section(args.quick)
