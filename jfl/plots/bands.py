@@ -103,16 +103,18 @@ def has_runs(ds: xr.Dataset, variable: str) -> bool:
 
 
 def seed_band(
-    ax, ds, variable, config, dim, label=None, transform=None, method="t", bounds=None, **kwargs
-):
+    ax, ds, variable, config, dim, label=None, transform=None, method="t", bounds=None, x=None,
+    **kwargs,
+):  # fmt: skip
     """Band over seeds of ``variable`` for one configuration: from every run's values when
     ``ds`` holds them (``transform`` applied to each run's [dim] values first; ``method`` picks
     the interval), else from the band ``<variable>_band`` a reduced sweep stores (Student-t
     whatever ``method`` asks, see :func:`band_title`). ``bounds`` default to the variable's
-    declared ones (``jfl.results.bounds_of``; none after a ``transform``)."""
+    declared ones (``jfl.results.bounds_of``; none after a ``transform``); ``x``: the
+    positions of the points along ``dim`` (default: its coordinate)."""
     from jfl.results import bounds_of  # on use: results loads JAX
 
-    x = ds[dim].to_numpy()
+    x = ds[dim].to_numpy() if x is None else np.asarray(x)
     if bounds is None:
         bounds = UNBOUNDED if transform is not None else bounds_of(variable, ds=ds)
     if has_runs(ds, variable):

@@ -176,6 +176,14 @@ def plot_selection_fraction(
     return save(fig, path)
 
 
+def _mean_clock(ds: xr.Dataset, config) -> np.ndarray:
+    """The seed-mean simulated clock after each round of ``config``: of every run's
+    ``wall_clock``, or its band's mean (a sweep reduced on the device)."""
+    if has_runs(ds, "wall_clock"):
+        return ds["wall_clock"].sel(config=config).mean("seed").to_numpy()
+    return ds["wall_clock_band"].sel(config=config, stat="mean").to_numpy()
+
+
 EVALUATION_LABELS = {"accuracy": "test accuracy", "test_loss": "test loss"}
 
 
@@ -196,7 +204,8 @@ def plot_accuracy(
     seeds, against the round or the simulated wall-clock.
 
     Against time, the x position of an evaluation is the seed-mean of the wall-clock at that
-    round (seeds differ in their clocks; the band is over accuracies at equal rounds).
+    round (seeds differ in their clocks; the band is over accuracies at equal rounds), from
+    ``wall_clock_band`` in a sweep reduced on the device.
     ``exclude`` names configuration labels left out of the legend. Bands in the accuracy's
     bounds, [0, 1]. Every configuration of ``configs`` is drawn, more than ``max_lines`` in
     panels; ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of
@@ -214,14 +223,13 @@ def plot_accuracy(
     target = ds.attrs.get("target_accuracy") if variable == "accuracy" else None
     for (ax,), group in zip(axes, groups, strict=True):
         for i in group:
-            c = ds.sel(config=configs[i])
-            samples = c[variable].transpose("seed", "eval").to_numpy()
-            if against == "round":
-                x = rounds
-            else:
-                clock = c["wall_clock"].transpose("seed", "round").to_numpy().mean(axis=0)
-                x = np.concatenate([[0.0], clock])[rounds]
-            band(ax, x, samples, label=labels[i], method=method, bounds=bounds, **styles[i])
+            x = rounds
+            if against != "round":
+                x = np.concatenate([[0.0], _mean_clock(ds, configs[i])])[rounds]
+            seed_band(
+                ax, ds, variable, configs[i], "eval", label=labels[i], method=method,
+                bounds=bounds, x=x, **styles[i],
+            )  # fmt: skip
         if target is not None:
             ax.axhline(float(target), color="grey", linestyle=":", linewidth=1)
     ylabel = EVALUATION_LABELS.get(variable, variable)
