@@ -137,14 +137,14 @@ def plot_selection_fraction(
 ):
     """Running selection fraction of each client vs rounds, one panel per client (Xia Fig. 5).
 
-    Needs the ``selected`` trajectories; a dashed line marks the client's target c_k when the
+    From every run's ``selected`` trajectories, else from the band a reduced sweep stores
+    (``selection_fraction_band`` [config, stat, round, client]: Student-t whatever ``method``
+    asks, as :func:`jfl.plots.seed_band`); a dashed line marks the client's target c_k when the
     dataset has a per-client ``queue_rate`` [config, client]. Bands in [0, 1]. More than
     ``max_lines`` configurations are split into rows of panels (one panel per client in each);
     ``colors``: ``{policy: colour}`` (default :func:`policy_colors` of ``ds["policy"]``);
     ``labels`` as :func:`plot_over_rounds`'.
     """
-    from jfl.results import running_selection_fraction  # on use: results loads JAX
-
     varying = varying_hparams(ds)
     configs, labels, styles, groups = _drawn(ds, configs, varying, max_lines, colors, labels)
     num_clients = ds.sizes["client"]
@@ -153,17 +153,12 @@ def plot_selection_fraction(
         [[labels[i] for i in g] for g in groups], legend_title, width=3.2 * num_clients,
         height=3.6, columns=num_clients, fontsize=7,
     )  # fmt: skip
-    fraction = running_selection_fraction(ds)
-    x = ds["round"].to_numpy()
+    fraction_band = _fraction_band(ds, method)
     for row, group in zip(axes, groups, strict=True):
         shown = [configs[i] for i in group]
         for k, ax in enumerate(row):
             for i in group:
-                samples = fraction.sel(config=configs[i], client=k).transpose("seed", "round")
-                band(
-                    ax, x, samples.to_numpy(), label=labels[i], method=method,
-                    bounds=UNIT_INTERVAL, **styles[i],
-                )  # fmt: skip
+                fraction_band(ax, configs[i], k, label=labels[i], **styles[i])
             if "queue_rate" in ds and "client" in ds["queue_rate"].dims:
                 targets = np.unique(ds["queue_rate"].sel(config=shown, client=k).to_numpy())
                 for target in targets:
@@ -174,6 +169,30 @@ def plot_selection_fraction(
     if len(groups) > 1:
         fig.suptitle(_panels_note(groups), fontsize=9)
     return save(fig, path)
+
+
+def _fraction_band(ds: xr.Dataset, method: str):
+    """``draw(ax, config, client, **line)``: the band over seeds of one client's running
+    selection fraction, from every run's ``selected`` or from ``selection_fraction_band``."""
+    x = ds["round"].to_numpy()
+    if has_runs(ds, "selected"):
+        from jfl.results import running_selection_fraction  # on use: results loads JAX
+
+        fraction = running_selection_fraction(ds)
+
+        def draw(ax, config, client, **line):
+            samples = fraction.sel(config=config, client=client).transpose("seed", "round")
+            band(ax, x, samples.to_numpy(), method=method, bounds=UNIT_INTERVAL, **line)
+
+        return draw
+    stats = ds["selection_fraction_band"]
+
+    def draw(ax, config, client, **line):
+        one = stats.sel(config=config, client=client)
+        mean, variance = one.sel(stat="mean").to_numpy(), one.sel(stat="var").to_numpy()
+        band_from_stats(ax, x, mean, variance, ds.sizes["seed"], bounds=UNIT_INTERVAL, **line)
+
+    return draw
 
 
 def _mean_clock(ds: xr.Dataset, config) -> np.ndarray:
