@@ -8,6 +8,10 @@ success rates 0.1, 0.3, 0.6 and 0.9, k = 20). It reports the cumulative effectiv
 (Σ_t the selected clients whose update arrived) and each class's selection fraction (the mean,
 over the class's clients, of the share of rounds they were selected in), which E3CS keeps at or
 above its σ for every class.
+
+The sweep reduces its runs on the device (``class_reductions``: the per-run metrics, and the
+running effective participation that the figure bands over seeds); ``class_metrics`` is the same
+from every run's rounds, in float64, the host reference.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
@@ -25,6 +30,9 @@ from jfl.driver import Experiment
 from jfl.envs import VolatileEnv
 from jfl.envs.base import client_classes
 from jfl.experiments.common import check_hparams, check_policies
+from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
+from jfl.outputs import ROUND
+from jfl.reduction import Curve, Reductions, RunMetric
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL, Bounds
 from jfl.sweep import Plan
 
@@ -47,7 +55,8 @@ def class_metrics(ds, num_classes: int, selection_size: int) -> dict:
     """Per (config, seed): the cumulative effective participation, the share of selections
     that arrived, each class's selection fraction, the smallest of them, and E3CS's fairness
     floor σ averaged over the rounds (σ = sigma·k/N, 0 before the inc schedule's switch; 0 for
-    the other policies, which promise none), all with every client available."""
+    the other policies, which promise none), all with every client available; from every run's
+    rounds in float64 (the reference of :func:`class_reductions`)."""
     import xarray as xr
 
     rounds = ds.sizes["round"]
@@ -66,6 +75,18 @@ def class_metrics(ds, num_classes: int, selection_size: int) -> dict:
         metrics[f"class_{c}_fraction"] = fraction
         fractions.append(fraction)
     metrics["min_class_fraction"] = xr.concat(fractions, "class").min("class")
+    metrics.update(fairness_floor(ds, selection_size))
+    return metrics
+
+
+def fairness_floor(ds, selection_size: int) -> dict:
+    """E3CS's fairness floor σ averaged over the rounds, per (config, seed): sigma·k/N, 0 before
+    the inc schedule's switch, 0 for the other policies (a configuration's, from its
+    coordinates)."""
+    import xarray as xr
+
+    rounds = ds.sizes["round"]
+    num_clients = ds.sizes["client"]
     policy = ds["policy"].to_numpy()
     share = np.zeros(ds.sizes["config"])
     if "sigma" in ds.coords:
@@ -76,10 +97,57 @@ def class_metrics(ds, num_classes: int, selection_size: int) -> dict:
         share = np.where(switch > 0, 1.0 - np.minimum(switch, rounds) / rounds, sigma)
     floor = np.where(policy == "e3cs", share * selection_size / num_clients, 0.0)
     floor = np.broadcast_to(floor[:, None], (ds.sizes["config"], ds.sizes["seed"]))
-    metrics["fairness_floor"] = xr.DataArray(
-        floor, dims=("config", "seed"), coords={"config": ds["config"], "seed": ds["seed"]}
-    )
-    return metrics
+    coords = {"config": ds["config"], "seed": ds["seed"]}
+    return {"fairness_floor": xr.DataArray(floor, dims=("config", "seed"), coords=coords)}
+
+
+def _success(run) -> jnp.ndarray:
+    return run.outputs["num_success"].astype(jnp.float32)
+
+
+def _class_fraction(members: np.ndarray):
+    """A run's selection fraction of the class of clients ``members``: their selections over
+    ``len(members)·T`` (the mean of their shares of the rounds; integer counts summed exactly)."""
+
+    def fraction(run):
+        counts = run.outputs["selection_count"][members].astype(jnp.float32)
+        return pairwise_sum(counts) / (len(members) * run.num_rounds)
+
+    return fraction
+
+
+def _success_share(run) -> jnp.ndarray:
+    selected = pairwise_sum(run.outputs["num_selected"].astype(jnp.float32))
+    share = pairwise_sum(_success(run)) / jnp.where(selected > 0, selected, 1.0)
+    return jnp.where(selected > 0, share, jnp.nan)
+
+
+def class_reductions(num_clients: int, num_classes: int) -> Reductions:
+    """:func:`class_metrics` but the fairness floor (its configuration's), as functions of one
+    run reduced on the device (float32, pairwise sums), for ``num_clients`` clients in
+    ``num_classes`` classes (``client_classes``: a map fixed by the experiment); and the running
+    effective participation, which the figure bands over seeds."""
+    classes = client_classes(num_clients, num_classes)
+    fractions = {
+        f"class_{c}_fraction": _class_fraction(np.flatnonzero(classes == c))
+        for c in range(num_classes)
+    }
+    counts = ("selection_count",)
+    metrics = {
+        "effective_participation": RunMetric(
+            ("num_success",), lambda r: pairwise_sum(_success(r)), NONNEGATIVE
+        ),
+        "success_share": RunMetric(("num_success",), _success_share, UNIT_INTERVAL),
+        **{name: RunMetric(counts, fn, UNIT_INTERVAL) for name, fn in fractions.items()},
+        "min_class_fraction": RunMetric(
+            counts,
+            lambda r: jnp.min(jnp.stack([fn(r) for fn in fractions.values()])),
+            UNIT_INTERVAL,
+        ),
+    }
+    # Σ_{s≤t} of the arrived updates (Huang et al. 2022, §VI's cumulative participation).
+    running = Curve((ROUND,), lambda r: doubling_cumsum(_success(r)), NONNEGATIVE, ("num_success",))
+    return Reductions(metrics, {"cumulative_success": running})
 
 
 # The most classes of clients a sweep takes (each class's fraction is a metric with bounds).
@@ -129,6 +197,7 @@ class E3csClasses(Experiment):
 
     name: ClassVar[str] = "e3cs_classes"
     environment: ClassVar[str] = "volatile"
+    reduces_on_device: ClassVar[bool] = True
     metric_bounds: ClassVar[Mapping[str, Bounds]] = METRIC_BOUNDS
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy sigma switch n_seeds effective_participation success_share".split(),
@@ -169,6 +238,7 @@ class E3csClasses(Experiment):
             configs,
             selection_size=self.m,
             per_run_bytes=sweep.bytes_per_run(self.rounds, self.clients, self.m, self.trajectories),
+            reductions=class_reductions(self.clients, len(self.success_rates)),
             metadata={
                 "classes": {f"class_{c}": rate for c, rate in enumerate(self.success_rates)},
                 "note": "sigma is a share of k/N; switch > 0 is E3CS-inc (sigma then k/N)",
@@ -176,20 +246,20 @@ class E3csClasses(Experiment):
         )
 
     def metrics(self, ds) -> dict:
-        return class_metrics(ds, len(self.success_rates), self.m)
+        """E3CS's fairness floor (its configuration's); the other metrics are reduced on the
+        device (:func:`class_reductions`)."""
+        return fairness_floor(ds, self.m)
 
     def figures(self, ds, summary, folder) -> None:
         columns = [name for name in ("policy", "sigma", "eta", "switch") if name in ds.coords]
         configs = ds.coords.to_dataset()[columns].to_dataframe()
         labels = dict(zip(ds["config"].to_numpy(), method_labels(configs), strict=True))
-        curves = ds.assign(success=ds["num_success"].astype(float))
         plots.plot_over_rounds(
-            curves,
-            "success",
+            ds,
+            "cumulative_success",
             "cumulative effective participation",
             folder / "effective_participation.png",
             "Cumulative effective participation (Huang et al. 2022, §VI)",
-            cumulative=True,
             method=self.ci,
             bounds=NONNEGATIVE,
             labels=labels,

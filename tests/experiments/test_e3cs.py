@@ -1,10 +1,12 @@
 """The e3cs_classes experiment (E3CS's setting, selection only): its configurations (E3CS per σ
 and E3CS-inc, next to Random and the FedCS-like most_reliable), its metrics (effective
-participation, selection fraction per class, E3CS's floor) on one tiny run, its refusals, and
-(slow) the paper's claim that E3CS's fairness floor keeps every class's selection fraction at or
-above σ."""
+participation, selection fraction per class, E3CS's floor) on one tiny run, reduced on the device
+and checked against their host reference on the same runs' rounds, its refusals, and (slow) the
+paper's claim that E3CS's fairness floor keeps every class's selection fraction at or above σ."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -12,10 +14,12 @@ import pytest
 import xarray as xr
 from scipy import stats
 
-from jfl import cli, driver
+from jfl import cli, driver, results, sweep
 from jfl.experiments import EXPERIMENTS, E3csClasses
 from jfl.experiments.e3cs import class_metrics, e3cs_configs, write_class_fractions
-from tests.helpers import cli_fails
+from tests.helpers import axes_summary, cli_fails, record_figures
+
+F32 = float(np.finfo(np.float32).eps)
 
 TINY = ["--clients", "8", "--m", "2", "--seeds", "3", "--rounds", "40", "--quiet"]
 # The end-to-end run: E3CS and the oracle baseline (Random's program is the other experiments').
@@ -45,15 +49,71 @@ def test_configurations_add_e3cs_inc_after_the_e3cs_rows():
     assert len(e3cs_configs(("random",), (0.0,), (0.5,), 25)) == 1
 
 
-def test_tiny_run_writes_its_metrics_and_figures(tiny):
+@pytest.fixture(scope="module")
+def every_run(tiny):
+    """The tiny sweep's runs again (the same programs: its chunk size), through
+    ``run_policy_grid``: every run's outputs labelled (on the host), and as reduced on the
+    device."""
+    _, out = tiny
+    config = cli.parse(E3csClasses, [*RUN, "--out", str(out)], prog="e3cs_classes")
+    plan = config.plan()
+    seeds = np.arange(config.seeds)
+    chunk = json.loads((out / "manifest.json").read_text())["chunk_configs"]
+    options = {"rounds": config.rounds, "seeds": seeds, "chunk_size": chunk}
+    outputs = sweep.run_policy_grid(plan, show_progress=False, **options)
+    reduced = sweep.run_policy_grid(plan, show_progress=False, on_device=True, **options)
+    return config, results.to_dataset(outputs, plan.configs, seeds), reduced
+
+
+def test_class_metrics_reduced_on_the_device_are_the_hosts(every_run, tiny):
+    """Each run's effective participation (a sum of counts: exact), success share, class
+    fractions and their minimum (one float32 rounding each) and the band of the running
+    effective participation, reduced on the device, against ``class_metrics`` in float64 on
+    every run's rounds; the sweep's summary is theirs."""
+    config, ds, reduced = every_run
+    host = class_metrics(ds, len(config.success_rates), config.m)
+    del host["fairness_floor"]  # its configuration's: the host's in either case
+    assert len(host) == 3 + len(config.success_rates)
+    for name, expected in host.items():
+        expected = expected.transpose("config", "seed").to_numpy()
+        np.testing.assert_allclose(reduced[name], expected, rtol=2 * F32, err_msg=name)
+    np.testing.assert_array_equal(
+        reduced["effective_participation"], host["effective_participation"]
+    )
+    running = ds["num_success"].cumsum("round").astype(float).to_numpy()  # [config, seed, round]
+    band = reduced["cumulative_success_band"]  # [config, stat, round]
+    np.testing.assert_allclose(band[:, 0], running.mean(1), rtol=4 * F32)
+    scale = 16 * F32 * running.max() ** 2  # the two-pass variance's float32 error
+    np.testing.assert_allclose(band[:, 1], running.var(1, ddof=1), rtol=16 * F32, atol=scale)
+    summary = pd.read_csv(tiny[1] / "summary.csv")
+    for name in host:
+        np.testing.assert_allclose(summary[name], reduced[name].mean(1), rtol=2 * F32)
+
+
+def test_tiny_run_writes_its_metrics_and_figures(tiny, every_run, tmp_path):
     result, out = tiny
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["policy"]) == ["e3cs"] * 4 + ["most_reliable"]
     for name in ("summary.csv", "results.nc", "metadata.json"):
         assert (out / name).exists()
+    # Reduced on the device, no run's rounds kept by default.
+    stored = results.load_dataset(out / "results.nc")
+    for name in ("num_success", "selection_count", "round_time"):
+        assert name not in stored and f"{name}_band" in stored, name
     figure = out / "class_fractions.png"
     write_class_fractions(summary, (0.1, 0.3, 0.6, 0.9), figure)
     assert figure.stat().st_size > 0
+    # The running effective participation from its band: its mean over seeds, every run's.
+    with record_figures() as figures:
+        result.experiment.figures(result.dataset, summary, tmp_path)
+    assert sorted(figures) == ["class_fractions.png", "effective_participation.png",
+                               "pull_record.png"]  # fmt: skip
+    (ax,) = axes_summary(figures["effective_participation.png"])
+    assert ax["legend"] == ["E3CS-0", "E3CS-0.5", "E3CS-0.8", "E3CS-inc", "most_reliable"]
+    lines = figures["effective_participation.png"].axes[0].get_lines()[:5]
+    running = every_run[1]["num_success"].cumsum("round").mean("seed").to_numpy()
+    for line, expected in zip(lines, running, strict=True):
+        np.testing.assert_allclose(line.get_ydata(), expected, rtol=4 * F32)
     # E3CS's floor: σ = sigma·k/N, and for E3CS-inc (switch 10 of 40 rounds) ¾·k/N.
     np.testing.assert_allclose(summary["fairness_floor"], [0, 0.125, 0.2, 0.1875, 0])
     fractions = summary[[f"class_{c}_fraction" for c in range(4)]].to_numpy()
@@ -61,8 +121,7 @@ def test_tiny_run_writes_its_metrics_and_figures(tiny):
     assert np.all(summary["min_class_fraction"] <= fractions.min(axis=1) + 1e-12)
     # The FedCS-like oracle selects only the most reliable class (2 clients, k = 2).
     np.testing.assert_allclose(fractions[-1], [0, 0, 0, 1])
-    ds = result.dataset
-    success = ds["num_success"].sum("round").to_numpy()
+    success = every_run[1]["num_success"].sum("round").to_numpy()
     np.testing.assert_allclose(summary["effective_participation"], success.mean(axis=1))
     assert np.all(summary["success_share"] <= 1) and np.all(summary["success_share"] > 0)
 
@@ -122,8 +181,7 @@ def test_claim_the_fairness_floor_holds_for_every_class(tmp_path):
     selects it never; E3CS-0 has more effective participation than Random."""
     seeds = 16
     config = E3csClasses(seeds=seeds, out=str(tmp_path / "out"), quiet=True, plots=False)
-    result = driver.run(config)
-    ds = result.dataset.assign(class_metrics(result.dataset, 4, config.m))
+    ds = driver.run(config).dataset  # the class metrics reduced on the device, per run
     policy = ds["policy"].to_numpy()
     for c in np.flatnonzero(policy == "e3cs"):
         floor = float(ds["fairness_floor"].isel(config=c, seed=0))
