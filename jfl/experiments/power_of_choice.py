@@ -16,6 +16,10 @@ cpow-d and rpow-d for each ``--variant-d`` (``cpow_d``, ``rpow_d``) and adapow-d
 d = K before ``--switch``, m from it; by default half the rounds). Every client is always
 available and never fails: the ``rbcsf`` environment with ``p_available = 1``, whose round times
 play no part here.
+
+The sweep reduces its runs on the device: the gap's band over seeds for the figure, and each
+run's gap at ``--early-round`` and at the end (``gap_reductions``; ``gap_metrics`` is their host
+reference from every run's evaluations).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from jfl.cli import Floats, Names
 from jfl.driver import Experiment
 from jfl.envs import RbcsfEnv
 from jfl.fl.quadratic import gap, make_instance, make_quadratic_learner, optimum
+from jfl.reduction import Reductions, RunMetric
 from jfl.stats import NONNEGATIVE, Bounds
 from jfl.sweep import Plan
 
@@ -47,6 +52,26 @@ POLICIES = {
 # w₀ = 100·N(0, I).
 E_SCALE = 100.0
 W0_SCALE = 100.0
+
+
+def gap_reductions(early_eval: int) -> Reductions:
+    """Each run's optimality gap at evaluation ``early_eval`` (``--early-round`` over
+    ``--eval-every``) and at the last one, reduced on the device."""
+
+    def at(index: int):
+        return RunMetric(("gap",), lambda run: run.outputs["gap"][index], NONNEGATIVE)
+
+    return Reductions({"early_gap": at(early_eval), "final_gap": at(-1)})
+
+
+def gap_metrics(ds, early_round: int) -> dict:
+    """The gap at round ``early_round`` and at the last round, per run, from every run's
+    evaluations: the host reference of :func:`gap_reductions`."""
+    gap = ds["gap"]
+    return {
+        "early_gap": gap.sel(eval=early_round).drop_vars("eval"),
+        "final_gap": gap.isel(eval=-1).drop_vars("eval"),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +125,7 @@ class PowDQuadratic(Experiment):
 
     name: ClassVar[str] = "pow_d_quadratic"
     trains: ClassVar[bool] = True
+    reduces_on_device: ClassVar[bool] = True
     title: ClassVar[str] = "Power-of-Choice on a quadratic (Cho Fig. 2)"
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy d switch learning_rate n_seeds early_gap early_gap_lo early_gap_hi final_gap "
@@ -214,6 +240,7 @@ class PowDQuadratic(Experiment):
             data=data,
             eval_every=self.eval_every,
             finish=finish,
+            reductions=gap_reductions(self.early_round // self.eval_every),
             metadata={
                 "instance": {
                     "seed": self.instance_seed,
@@ -225,14 +252,6 @@ class PowDQuadratic(Experiment):
                 "environment": "rbcsf with p_available = 1 (every client available, none fails)",
             },
         )
-
-    def metrics(self, ds) -> dict:
-        """The gap at ``--early-round`` and at the last round, per run."""
-        gap = ds["gap"]
-        return {
-            "early_gap": gap.sel(eval=self.early_round).drop_vars("eval"),
-            "final_gap": gap.isel(eval=-1).drop_vars("eval"),
-        }
 
     def figures(self, ds, summary, folder) -> None:
         write_figures(ds, folder, self.title, method=self.ci)

@@ -1,11 +1,12 @@
 """Power-of-Choice's quadratic experiment (``jfl.experiments.PowDQuadratic``) end to end.
 
 Bad flags are refused in one line before anything compiles. One tiny run (a module fixture: 8
-clients, 40 rounds, rand, pow-d, adapow-d and cpow-d) goes through the command line: its
-summary's rows and columns, the gap it records instead of an accuracy, the figure, and two
-identities of the methods' definitions: cpow-d ranks by the probe F_k(w), which on the quadratic
-is exact, so it is pow-d bit for bit; adapow-d draws d = K candidates before its switch, as
-pow-d with d = K does.
+clients, 40 rounds, rand, pow-d, adapow-d and cpow-d) goes through the command line, keeping every
+run's evaluations beside its reductions (``--per-run-rounds``): its summary's rows and columns,
+the gap it records instead of an accuracy, the gaps reduced on the device against their host
+reference, the figure (from the gap's band), and two identities of the methods' definitions:
+cpow-d ranks by the probe F_k(w), which on the quadratic is exact, so it is pow-d bit for bit;
+adapow-d draws d = K candidates before its switch, as pow-d with d = K does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from jfl import cli
 from jfl.experiments import PowDQuadratic
+from jfl.experiments.power_of_choice import gap_metrics
 from jfl.results import load_dataset
 from tests.helpers import (
     assert_same_configurations,
@@ -36,8 +38,9 @@ TINY = [
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("pow_d_quadratic") / "out"
+    argv = [*TINY, "--per-run-rounds", "--out", str(out)]
     with record_figures() as figures:
-        assert cli.main(PowDQuadratic, [*TINY, "--out", str(out)], prog=PROG) == 0
+        assert cli.main(PowDQuadratic, argv, prog=PROG) == 0
     return out, figures
 
 
@@ -51,7 +54,8 @@ def test_the_quadratic_is_batch_invariant_so_its_chunks_hold_several_configurati
     assert not sweep.PolicyGrid(plan).exact
     assert sweep.chunk_size(config.chunk_size, plan, config.seeds) > 1
     out = tmp_path / "one"
-    argv = [*TINY, "--methods", "pow_d", "--chunk-size", "1", "--no-plots", "--out", str(out)]
+    argv = [*TINY, "--methods", "pow_d", "--chunk-size", "1", "--no-plots", "--per-run-rounds"]
+    argv += ["--out", str(out)]
     assert cli.main(PowDQuadratic, argv, prog=PROG) == 0
     keys = ("policy", "d", "switch", "learning_rate")
     assert_same_configurations(
@@ -91,7 +95,21 @@ def test_it_records_the_gap_and_the_methods_identities(tiny):
     np.testing.assert_allclose(ds["p"].sum(), 1.0, rtol=1e-6)
 
 
+def test_the_gaps_reduced_on_the_device_are_the_hosts(tiny):
+    """Each run's early and final gap as the sweep reduced them on the device are the host
+    reference's (``gap_metrics``) on every run's kept evaluations: the same float32 values."""
+    out, _ = tiny
+    ds = load_dataset(out / "results.nc")
+    host = gap_metrics(ds, early_round=20)
+    for name, expected in host.items():
+        expected = expected.transpose("config", "seed").to_numpy()
+        got = ds[name].transpose("config", "seed").to_numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
 def test_it_draws_the_gap_against_the_round(tiny):
+    """The figure draws each configuration's gap band over seeds, reduced on the device: its
+    mean line is the mean over seeds of every run's gap."""
     out, figures = tiny
     assert sorted(p.name for p in (out / "figures").glob("*.png")) == ["gap_vs_round.png"]
     figure = figures["gap_vs_round.png"]
@@ -100,6 +118,9 @@ def test_it_draws_the_gap_against_the_round(tiny):
     assert linear["lines"] == log["lines"] == 5
     assert log["legend"] == ["rand", "pow-d d=4", "pow-d d=8", "adapow-d", "cpow-d d=4"]
     assert figure.axes[1].get_yscale() == "log"
+    means = load_dataset(out / "results.nc")["gap"].mean("seed").to_numpy()
+    for line, expected in zip(figure.axes[0].get_lines()[:5], means, strict=True):
+        np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -134,3 +155,7 @@ def test_diverged_runs_are_counted_and_named_not_averaged_around(tmp_path, capsy
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["nonfinite_runs"]) == [0, 3]
     assert np.isfinite(summary["final_gap"][0]) and np.isnan(summary["final_gap"][1])
+    # By default, reduced on the device: the gap's band and per-run gaps, no run's evaluations.
+    ds = load_dataset(out / "results.nc")
+    assert "gap" not in ds and ds["gap_band"].dims == ("config", "stat", "eval")
+    assert ds["final_gap"].dims == ("config", "seed")
