@@ -73,7 +73,7 @@ def final_losses(tmp_path, dataset, policies=POLICIES, aggregation=AGGREGATIONS)
         training = dataclasses.replace(training, dataset="fashion_mnist",
                                        data_dir=os.environ["JFL_FASHION_MNIST"])  # fmt: skip
     ds = run(dataclasses.replace(experiment, training=training)).dataset
-    loss = ds["test_loss"].isel(eval=-1).to_numpy()
+    loss = ds["final_test_loss"].to_numpy()  # [config, seed], reduced on the device
     labels = zip(ds["policy"].to_numpy(), ds["aggregation"].to_numpy(), strict=True)
     own = {"policy_weights": "own"}
     return {(str(p), own.get(str(a), str(a))): loss[i] for i, (p, a) in enumerate(labels)}

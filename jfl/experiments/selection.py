@@ -27,7 +27,9 @@ from jfl.experiments.training import (
     FederatedTraining,
     Training,
     federated_figures,
+    with_reductions,
 )
+from jfl.reduction import RunMetric
 from jfl.stats import NONNEGATIVE, Bounds
 from jfl.sweep import Plan, config_table
 
@@ -68,6 +70,9 @@ class Split(NamedTuple):
 # The data splits of ``--partition`` (jfl.fl.partition: dirichlet_by_class or iid, shards,
 # natural).
 SPLITS = ("dirichlet", "shards", "natural")
+# The test loss at the last evaluation, per run, reduced on the device; ``final_test_loss`` is
+# its host reference.
+FINAL_TEST_LOSS = RunMetric(("test_loss",), lambda run: run.outputs["test_loss"][-1], NONNEGATIVE)
 SELECTION_TRAINING = FederatedTraining(lr=(0.3,), eval_every=5, target_accuracy=0.8)
 
 
@@ -137,6 +142,7 @@ class FlSelection(RbcsfScenario):
     out: str = "runs/fl_selection"
 
     name: ClassVar[str] = "fl_selection"
+    reduces_on_device: ClassVar[bool] = True
     metric_bounds: ClassVar[Mapping[str, Bounds]] = {"final_test_loss": NONNEGATIVE}
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
     figures = federated_figures(
@@ -258,11 +264,14 @@ class FlSelection(RbcsfScenario):
         configs.insert(2, "dirichlet", [splits[i].dirichlet for i in index])
         configs = self.training.with_aggregation(configs)
         dataset = self.training.load_data()
-        return rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset))
+        plan = rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset))
+        return with_reductions(plan, {"final_test_loss": FINAL_TEST_LOSS})
 
-    def metrics(self, ds) -> dict:
-        """The test loss at the last evaluation, per run."""
-        return {"final_test_loss": ds["test_loss"].isel(eval=-1).drop_vars("eval")}
+
+def final_test_loss(ds) -> dict:
+    """The test loss at the last evaluation, per run, from every run's evaluations: the host
+    reference of ``FINAL_TEST_LOSS``."""
+    return {"final_test_loss": ds["test_loss"].isel(eval=-1).drop_vars("eval")}
 
 
 def _setting(name: str, training: dict, **fields) -> FlSelection:

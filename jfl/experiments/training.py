@@ -20,7 +20,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from jfl import checks, plots
+from jfl import checks, plots, reduction
 from jfl.cli import Floats, Names
 from jfl.fl.data import DATASETS, Dataset, load_dataset, sample_groups
 from jfl.fl.models import CNN, MODELS, PADDINGS, check_input_shape, make_model
@@ -186,8 +186,10 @@ class FederatedTraining:
     ):
         """``plan`` (a selection plan whose configs have ``learning_rate``, ``partition`` and
         ``aggregation`` columns: ``with_aggregation``) with the learner, the stacked data, the
-        memory estimate and the accuracy variables; ``slots(policy, size)`` bounds the clients a
-        policy can select in a round."""
+        memory estimate, the accuracy variables and the accuracy metrics reduced on the device
+        (``jfl.reduction.accuracy_metrics`` at ``--target-accuracy``, beside the plan's own
+        reductions); ``slots(policy, size)`` bounds the clients a policy can select in a
+        round."""
         configs = plan.configs
         if "aggregation" not in configs:
             raise ValueError("the configurations need an aggregation column: with_aggregation")
@@ -225,6 +227,7 @@ class FederatedTraining:
             ds.attrs["target_accuracy"] = self.target_accuracy
             return ds
 
+        plan = with_reductions(plan, reduction.accuracy_metrics(self.target_accuracy))
         return dataclasses.replace(
             plan,
             per_run_bytes=bytes_per_fl_run(
@@ -254,6 +257,16 @@ class FederatedTraining:
                 "data": data_metadata(dataset, data),
             },
         )
+
+
+def with_reductions(plan, metrics=None, curves=None):
+    """``plan`` with more per-run ``metrics`` and ``curves`` reduced on the device
+    (``jfl.reduction.Reductions``), listed before the plan's own."""
+    own = plan.reductions
+    reductions = own._replace(
+        metrics={**(metrics or {}), **own.metrics}, curves={**(curves or {}), **own.curves}
+    )
+    return dataclasses.replace(plan, reductions=reductions)
 
 
 def most_selected(plan, slots: Callable[[str, int], int]) -> int:

@@ -2,7 +2,10 @@
 
 One tiny run (one policy, so one small compiled program: rpow-d, whose round signal goes
 through the real learner; the Selection weights are tests/fl/test_train.py's) shared by the
-output checks; bad flags stop before anything compiles."""
+output checks, reduced on the device and keeping no run's rounds (the default); the same
+program again in a recomposed sweep that keeps them (``--per-run-rounds``), on which the metrics
+reduced on the device are checked against their host references. Bad flags stop before
+anything compiles."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ import pytest
 
 from jfl import cli
 from jfl.experiments import FlSelection
-from jfl.experiments.selection import SELECTION_METHODS
+from jfl.experiments.selection import SELECTION_METHODS, final_test_loss
 from jfl.policies import REGISTRY
-from jfl.results import load_dataset
+from jfl.results import accuracy_metrics, load_dataset
 from tests.helpers import assert_same_configurations, cli_fails
 
 POLICIES = "rpow_d"
@@ -31,6 +34,18 @@ def tiny(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def recomposed(tiny, tmp_path_factory):
+    """The tiny run's configurations with the partitions stacked in the other order and a
+    second learning rate, keeping every run's rounds: other partition indices and other
+    positions in the sweep (the same shapes, so the program comes from the compilation
+    cache)."""
+    out = tmp_path_factory.mktemp("fl_selection") / "recomposed"
+    argv = [*TINY, "--dirichlet", "1,0.3", "--lr", "0.1,0.3", "--no-plots", "--per-run-rounds"]
+    assert cli.main(FlSelection, [*argv, "--out", str(out)], prog="fl_selection") == 0
+    return load_dataset(out / "results.nc")
+
+
 def test_tiny_run_writes_its_summary_and_figures(tiny):
     ds = load_dataset(tiny / "results.nc")
     summary = pd.read_csv(tiny / "summary.csv")
@@ -39,6 +54,10 @@ def test_tiny_run_writes_its_summary_and_figures(tiny):
     assert ds["dirichlet"].to_numpy().tolist() == [0.3, 1.0]
     assert ds["data_size"].to_numpy()[0].std() > 0  # the per-class split skews the sizes
     assert np.all(ds["untrained"].to_numpy() == 0)  # multiplicities never exceed the m slots
+    # Reduced on the device: per-run metrics and bands over seeds, no run's rounds.
+    for name in ("accuracy", "test_loss", "wall_clock", "round_time", "selection_count"):
+        assert name not in ds and f"{name}_band" in ds, name
+    assert ds["final_test_loss"].dims == ("config", "seed")
     figures = {p.name for p in (tiny / "figures").iterdir()}
     for variable in ("accuracy", "test_loss"):
         for against in ("round", "time"):
@@ -59,17 +78,25 @@ def test_metadata_is_strict_json(tiny):
     json.loads(load_dataset(tiny / "results.nc").attrs["metadata"], parse_constant=_refuse)
 
 
-def test_configuration_results_do_not_depend_on_the_other_partitions(tiny, tmp_path):
-    """The runs of each α are bit-identical with the partitions stacked in the other order and
-    a second learning rate: other partition indices and other positions in the sweep (the
-    same shapes, so the program comes from the compilation cache; a sweep whose partitions pad
-    to another width is CI's test_every_method_is_independent_of_the_rest_of_the_sweep)."""
-    out = tmp_path / "recomposed"
-    argv = [*TINY, "--dirichlet", "1,0.3", "--lr", "0.1,0.3", "--no-plots", "--out", str(out)]
-    assert cli.main(FlSelection, argv, prog="fl_selection") == 0
-    small, large = load_dataset(tiny / "results.nc"), load_dataset(out / "results.nc")
-    assert large.sizes["config"] == 4
-    assert_same_configurations(small, large, ("policy", "dirichlet", "learning_rate"))
+def test_configuration_results_do_not_depend_on_the_other_partitions(tiny, recomposed):
+    """The reductions of each α's runs are bit-identical with the partitions stacked in the
+    other order and a second learning rate (a sweep whose partitions pad to another width is
+    CI's test_every_method_is_independent_of_the_rest_of_the_sweep)."""
+    small = load_dataset(tiny / "results.nc")
+    assert recomposed.sizes["config"] == 4
+    assert_same_configurations(small, recomposed, ("policy", "dirichlet", "learning_rate"))
+
+
+def test_metrics_reduced_on_the_device_are_the_hosts(recomposed):
+    """The accuracy metrics and the final test loss that the sweep reduced on the device equal
+    their host references on every run's kept evaluations (the same float32 values picked)."""
+    ds = recomposed
+    host = {**accuracy_metrics(ds), **final_test_loss(ds)}
+    assert len(host) == 5
+    for name, expected in host.items():
+        expected = expected.transpose("config", "seed").to_numpy().astype(np.float32)
+        got = ds[name].transpose("config", "seed").to_numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=name)
 
 
 def test_default_methods_are_registered_and_run_on_rbcsf():
