@@ -246,20 +246,28 @@ class E3csClasses(Experiment):
         )
 
     def metrics(self, ds) -> dict:
-        """E3CS's fairness floor (its configuration's); the other metrics are reduced on the
-        device (:func:`class_reductions`)."""
+        """From every run's rounds, :func:`class_metrics`; reduced on the device, E3CS's
+        fairness floor (its configuration's: the rest was reduced there,
+        :func:`class_reductions`)."""
+        if plots.has_runs(ds, "selection_count"):
+            return class_metrics(ds, len(self.success_rates), self.m)
         return fairness_floor(ds, self.m)
 
     def figures(self, ds, summary, folder) -> None:
         columns = [name for name in ("policy", "sigma", "eta", "switch") if name in ds.coords]
         configs = ds.coords.to_dataset()[columns].to_dataframe()
         labels = dict(zip(ds["config"].to_numpy(), method_labels(configs), strict=True))
+        # Reduced on the device the running participation has its own band; else it is
+        # summed here.
+        runs = plots.has_runs(ds, "num_success")
+        curves = ds.assign(success=ds["num_success"].astype(float)) if runs else ds
         plots.plot_over_rounds(
-            ds,
-            "cumulative_success",
+            curves,
+            "success" if runs else "cumulative_success",
             "cumulative effective participation",
             folder / "effective_participation.png",
             "Cumulative effective participation (Huang et al. 2022, §VI)",
+            cumulative=runs,
             method=self.ci,
             bounds=NONNEGATIVE,
             labels=labels,

@@ -253,6 +253,11 @@ class PowDQuadratic(Experiment):
             },
         )
 
+    def metrics(self, ds) -> dict:
+        """From every run's evaluations, :func:`gap_metrics`; reduced on the device, none (the
+        gaps were reduced there, :func:`gap_reductions`)."""
+        return gap_metrics(ds, self.early_round) if plots.has_runs(ds, "gap") else {}
+
     def figures(self, ds, summary, folder) -> None:
         write_figures(ds, folder, self.title, method=self.ci)
 

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from jfl import checks
+from jfl import checks, plots
 from jfl.cli import Concentrations, Floats, Names
 from jfl.experiments.common import with_queue_rate
 from jfl.experiments.fl import rbcsf_federated_plan
@@ -266,6 +266,11 @@ class FlSelection(RbcsfScenario):
         dataset = self.training.load_data()
         plan = rbcsf_federated_plan(self, configs, dataset, self.partitions(dataset))
         return with_reductions(plan, {"final_test_loss": FINAL_TEST_LOSS})
+
+    def metrics(self, ds) -> dict:
+        """From every run's evaluations, :func:`final_test_loss`; reduced on the device, none
+        (it was reduced there)."""
+        return final_test_loss(ds) if plots.has_runs(ds, "test_loss") else {}
 
 
 def final_test_loss(ds) -> dict:
