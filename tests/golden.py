@@ -36,6 +36,16 @@ stored files and every other value reproduces bit for bit. Every file gained the
 at T, instead of T + 1): only the ``rounds_to_target`` columns of the rows with ``target_met``
 below 1 changed (``v_beta_grid`` 4 rows, ``fl_rbcsf`` 2, ``cs_ucb_q_fairness`` and
 ``fl_cs_ucb_q`` 1 each; checked row by row), every other value is bit for bit the previous one.
+``cs_ucb_ideal``, ``cs_ucb_q_fairness`` and ``beta_rho_grid`` were regenerated when their metrics
+moved onto the device (issue 42: float32 pairwise sums of per-round differences against each
+run's float32 hi + lo benchmark in ``jfl.reduction``, instead of float64 sums on the host):
+checked column by column against the previous files, means within 1.4e-7 relative (the regrets
+and gaps within 5.4e-8; ``realised_regret`` 3.1e-7 relative, 6.6e-9 absolute, on a value of 0.02
+from sums of 12), ``max_rate_violation`` 7.5e-9 where it was 0 (c_k in float32), interval bounds
+within 6.1e-6 absolute; ``mean_set_reward`` became ``average_set_reward`` (the same values: a
+reduced dataset holds the per-run metrics beside the runs' per-round ``mean_set_reward``,
+μ(S(t))), and the gaps, derived on the host from the device's regrets, now follow the device's
+metrics: ``cumulative_gap``, ``average_gap`` and ``realised_gap`` come after ``failed_clients``.
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

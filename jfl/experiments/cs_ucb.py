@@ -3,14 +3,18 @@
 Experiments: ``CsUcbIdeal`` (Figs. 1 and 3), ``CsUcbQFairness`` (Figs. 4–5), ``BetaRhoGrid``
 (β × ρ with c_k = ρ s_k / Σ s) and ``CsUcbQDelay`` (Fig. 7), on the scenario of
 :mod:`jfl.experiments.wireless`; regret and gaps come from :mod:`jfl.experiments.regret_curves`.
+Each reduces its runs on the device: per-run metrics and bands over seeds of the figures' curves
+(Fig. 5's running selection fractions among them) leave it, every run's rounds only with
+``--per-run-rounds`` and ``--trajectories``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
@@ -19,6 +23,7 @@ from jfl.cli import Floats, Names
 from jfl.experiments.common import check_hparams, plot_point
 from jfl.experiments.regret_curves import (
     GAP_CURVES,
+    WIRELESS_METRICS,
     add_gap_curves,
     plot_gap_curves,
     regret_metrics,
@@ -31,8 +36,11 @@ from jfl.experiments.wireless import (
     seed_benchmarks,
     to_dataset,
 )
+from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
+from jfl.outputs import CLIENT, ROUND
 from jfl.policies import get
-from jfl.stats import NONNEGATIVE, Bounds
+from jfl.reduction import Curve, Reductions, RunMetric, RunView
+from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 from jfl.sweep import Plan, config_table
 
 __all__ = [
@@ -82,6 +90,7 @@ class CsUcbIdeal(WirelessScenario):
     out: str = "runs/cs_ucb_ideal"
 
     name: ClassVar[str] = "cs_ucb_ideal"
+    reduces_on_device: ClassVar[bool] = True
     fig1_channels: ClassVar[int] = 5
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy N n_seeds cumulative_gap cumulative_gap_lo cumulative_gap_hi average_gap "
@@ -150,11 +159,24 @@ def fairness_plan(experiment) -> Plan:
     return experiment.regret_plan(params, configs, benchmark="lp", mc_samples=experiment.mc_samples)
 
 
+def running_fraction(run: RunView) -> jax.Array:
+    """[round, client] each client's fraction of the rounds 1…t in which it was selected
+    (Xia Fig. 5), from the run's ``selected`` trajectory; counts summed exactly."""
+    counts = doubling_cumsum(run.outputs["selected"].astype(jnp.float32))
+    rounds = jnp.arange(1, run.num_rounds + 1, dtype=jnp.float32)
+    return counts / rounds[:, None]
+
+
+# Fig. 5's curve, banded over seeds on the device (``plots.plot_selection_fraction`` draws it).
+SELECTION_FRACTION = Curve((ROUND, CLIENT), running_fraction, UNIT_INTERVAL, ("selected",))
+
+
 @dataclasses.dataclass(frozen=True)
 class CsUcbQFairness(WirelessScenario):
     """CS-UCB-Q for several β against modified CS-UCB (Xia et al. §V-C, Figs. 4–5).
 
-    Per-round selections are stored by default (K is small): they give Fig. 5's fractions.
+    The runs record their selections for Fig. 5's running fractions, banded over seeds on the
+    device; ``--trajectories`` keeps every run's in ``results.nc`` too.
 
         python sweeps/cs_ucb_q_fairness.py
         python sweeps/cs_ucb_q_fairness.py --beta 1e-5,1e-3,0.1,0.5 --seeds 128 --rounds 10000
@@ -173,10 +195,10 @@ class CsUcbQFairness(WirelessScenario):
     """Monte Carlo samples for μ_k"""
     seeds: int = 32
     rounds: int = 5000
-    trajectories: bool = True
     out: str = "runs/cs_ucb_q_fairness"
 
     name: ClassVar[str] = "cs_ucb_q_fairness"
+    reduces_on_device: ClassVar[bool] = True
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy beta n_seeds cumulative_gap average_gap min_selection_rate "
         "max_rate_violation target_met rounds_to_target".split()
@@ -190,7 +212,16 @@ class CsUcbQFairness(WirelessScenario):
         check_hparams(self.policies, {"beta": self.beta})
 
     def plan(self) -> Plan:
-        return fairness_plan(self)
+        plan = fairness_plan(self)
+        reductions = plan.reductions
+        curves = {**reductions.curves, "selection_fraction": SELECTION_FRACTION}
+        sizes = plan.configs["N"].to_numpy(int)
+        return dataclasses.replace(
+            plan,
+            reductions=reductions._replace(curves=curves),
+            trajectories=True,
+            per_run_bytes=self.per_run_bytes(plan.env_params, sizes, trajectories=True),
+        )
 
     def configs(self) -> pd.DataFrame:
         return config_table(self.policies, {"beta": list(self.beta)}, shared={"N": [self.preset.N]})
@@ -204,7 +235,7 @@ class CsUcbQFairness(WirelessScenario):
     def figures(self, ds, summary, folder) -> None:
         caption = f"Xia Fig. 4, τ_max = {ds.attrs['tau_max']:g} s"
         plot_gap_curves(ds, folder, ("cumulative_gap", "average_gap"), caption, method=self.ci)
-        if "selected" in ds:
+        if "selected" in ds or "selection_fraction_band" in ds:
             plots.plot_selection_fraction(ds, folder / "selection_fraction.png", method=self.ci)
 
 
@@ -238,6 +269,7 @@ class BetaRhoGrid(WirelessScenario):
     out: str = "runs/beta_rho_grid"
 
     name: ClassVar[str] = "beta_rho_grid"
+    reduces_on_device: ClassVar[bool] = True
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy rho beta n_seeds average_gap max_rate_violation target_met rounds_to_target".split()
     )
@@ -289,6 +321,14 @@ class BetaRhoGrid(WirelessScenario):
                 )
 
 
+# Fig. 7's per-run metrics, reduced on the device: the delay Σ_t max_{k∈S(t)} τ_k(t) (s) and
+# the failed clients.
+DELAY_METRICS = {
+    "delay": RunMetric((), lambda r: pairwise_sum(r.outputs["round_time"]), NONNEGATIVE),
+    "failed_clients": WIRELESS_METRICS["failed_clients"],
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class CsUcbQDelay(WirelessScenario):
     """Delay against the number of channels N for several fairness scales ρ (Xia et al. Fig. 7).
@@ -323,14 +363,11 @@ class CsUcbQDelay(WirelessScenario):
     out: str = "runs/cs_ucb_q_delay"
 
     name: ClassVar[str] = "cs_ucb_q_delay"
+    reduces_on_device: ClassVar[bool] = True
     summary_columns: ClassVar[tuple[str, ...]] = tuple(
         "policy N rho beta n_seeds delay delay_lo delay_hi mean_round_time failed_clients "
         "max_rate_violation".split()
     )
-    metric_bounds: ClassVar[Mapping[str, Bounds]] = {
-        "delay": NONNEGATIVE,
-        "failed_clients": NONNEGATIVE,
-    }
 
     def check(self) -> None:
         super().check()
@@ -368,9 +405,14 @@ class CsUcbQDelay(WirelessScenario):
             samples=samples,
         )
         params = self.wireless_params(availability=self.availability)
-        return self.scenario_plan(params, configs, fairness, availability)
+        plan = self.scenario_plan(params, configs, fairness, availability)
+        return dataclasses.replace(plan, reductions=Reductions(metrics=DELAY_METRICS))
 
     def metrics(self, ds) -> dict:
+        """``DELAY_METRICS`` in float64 from every run's rounds (the host's reference); none
+        of a sweep reduced on the device, which computed them there."""
+        if not plots.has_runs(ds, "round_time"):
+            return {}
         return {
             "delay": ds["round_time"].astype(np.float64).sum("round"),
             "failed_clients": ds["num_failed"].sum("round").astype(float),

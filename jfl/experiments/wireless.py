@@ -6,7 +6,8 @@ program per value), the fairness scale ``rho`` and, for CS-UCB-Q, β. Per config
 derives the fairness vector c and the availability vector (both traced), checks that c is
 feasible before anything runs, and can attach to every (configuration, seed) its regret
 benchmark: μ(S*) of eq. (13) or r* of the linear program (23), with μ_k estimated by Monte Carlo
-on that seed's client layout.
+on that seed's client layout. Its runs' regrets, rewards and failures are reduced on the device
+(:data:`jfl.experiments.regret_curves.REGRET_REDUCTIONS`), each run reading its seed's benchmark.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from jfl.driver import Experiment
 from jfl.envs.wireless import PAPER_TAU_MAX, WirelessEnv, make_params, reward_statistics
 from jfl.experiments import regret
 from jfl.experiments.common import check_policies
-from jfl.experiments.regret_curves import REGRET_BOUNDS, pseudo_regret_curve, regret_metrics
+from jfl.experiments.regret_curves import (
+    REGRET_BOUNDS,
+    REGRET_REDUCTIONS,
+    benchmark_parts,
+    gap_metrics,
+    pseudo_regret_curve,
+    regret_metrics,
+)
+from jfl.plots import has_runs
 from jfl.runner import run_keys, seed_keys
 from jfl.stats import Bounds
 from jfl.sweep import Plan
@@ -158,11 +167,14 @@ def add_scenario(
     mu: np.ndarray,
     tau_max: float,
 ) -> xr.Dataset:
-    """:func:`add_scenario_vectors`, then the benchmark reward, Monte Carlo μ and the per-round
-    cumulative pseudo-regret (:func:`pseudo_regret_curve`)."""
+    """:func:`add_scenario_vectors`, then the benchmark reward and Monte Carlo μ; where ``ds``
+    holds every run's rounds, the per-round cumulative pseudo-regret of every run
+    (:func:`pseudo_regret_curve`; a sweep reduced on the device has its band instead)."""
     ds = add_scenario_vectors(ds, fairness=fairness, availability=availability, tau_max=tau_max)
     ds["benchmark_reward"] = (("config", "seed"), benchmark)
     ds["mean_reward"] = (("seed", "client"), mu)
+    if not has_runs(ds, "mean_set_reward"):
+        return ds
     ds["pseudo_regret_t"] = pseudo_regret_curve(ds)
     ds["pseudo_regret_t"].attrs["description"] = (
         "t·r_bench − Σ_{s≤t} μ(S(s)): cumulative pseudo-regret after round t"
@@ -213,7 +225,9 @@ class WirelessScenario(Experiment):
         check_policies(self.policies, self.environment, self.trains)
 
     def metrics(self, ds) -> dict:
-        return regret_metrics(ds)
+        """From every run's rounds, :func:`regret_metrics`; reduced on the device, the gaps
+        (:func:`gap_metrics`: the rest was reduced there)."""
+        return regret_metrics(ds) if has_runs(ds, "set_reward") else gap_metrics(ds)
 
     def wireless_params(self, **overrides):
         """``make_params`` with this sweep's K, τ_max and coherence slots, then ``overrides``."""
@@ -243,15 +257,19 @@ class WirelessScenario(Experiment):
             params,
             configs,
             selection_size="N",
-            per_run_bytes=sweep.bytes_per_run(
-                self.rounds, params.num_clients, int(sizes.max()), self.trajectories
-            ),
+            per_run_bytes=self.per_run_bytes(params, sizes),
             per_config={"fairness": fairness, "availability": availability, QUEUE_RATE: fairness},
             env_hparams=("availability",),
             trackers=(fairness_queue(),),
             finish=finish,
             metadata={"tau_max": params.tau_max, "tau_max_note": tau_max_note(params.tau_max)},
         )
+
+    def per_run_bytes(self, params, sizes, trajectories: bool = False) -> int:
+        """One run's memory at the largest N of ``sizes``, recording the trajectories where
+        asked (``--trajectories``) or ``trajectories`` (for a reduction that reads them)."""
+        trajectories = trajectories or self.trajectories
+        return sweep.bytes_per_run(self.rounds, params.num_clients, int(sizes.max()), trajectories)
 
     def configs(self) -> pd.DataFrame:
         """The configuration table, with an ``N`` column."""
@@ -266,7 +284,8 @@ class WirelessScenario(Experiment):
     ) -> Plan:
         """``scenario_plan`` with a regret benchmark per seed: μ(S*) of the best fixed set
         (``benchmark="best_set"``) or r* of LP (23) (``"lp"``), from ``mc_samples`` Monte Carlo
-        samples of μ_k per layout; every run also reports μ(S(t)) from its seed's μ_k."""
+        samples of μ_k per layout; every run also reports μ(S(t)) from its seed's μ_k, and its
+        regrets against its seed's benchmark are reduced on the device (``REGRET_REDUCTIONS``)."""
 
         fairness, availability = self.fairness_vectors(configs)
         plan = self.scenario_plan(params, configs, fairness, availability)
@@ -292,13 +311,15 @@ class WirelessScenario(Experiment):
                 tau_max=params.tau_max,
             )
 
-        # Each run reports μ(S(t)) from its own seed's μ_k, the benchmark's.
+        # Each run reports μ(S(t)) from its own seed's μ_k, the benchmark's, and reads its own
+        # seed's benchmark.
         mean_reward = np.broadcast_to(mu.astype(np.float32), (len(configs), *mu.shape))
         return dataclasses.replace(
             plan,
-            per_seed={"mean_reward": mean_reward},
+            per_seed={"mean_reward": mean_reward, **benchmark_parts(bench)},
             env_hparams=(*plan.env_hparams, "mean_reward"),
             finish=finish,
+            reductions=REGRET_REDUCTIONS,
             metadata={"benchmark": BENCHMARK_NOTES[benchmark], **plan.metadata},
         )
 
