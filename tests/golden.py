@@ -36,6 +36,12 @@ stored files and every other value reproduces bit for bit. Every file gained the
 at T, instead of T + 1): only the ``rounds_to_target`` columns of the rows with ``target_met``
 below 1 changed (``v_beta_grid`` 4 rows, ``fl_rbcsf`` 2, ``cs_ucb_q_fairness`` and
 ``fl_cs_ucb_q`` 1 each; checked row by row), every other value is bit for bit the previous one.
+``cocs_hfl`` was regenerated when its metrics moved onto the device (issue 42: float32 pairwise
+sums in ``jfl.reduction`` instead of float64 on the host, the regrets paired by seed from the
+per-run totals): checked column by column, ``cumulative_utility`` and ``regret_vs_oracle`` are
+bit for bit the previous values, the other means within 1.6e-7 relative (float32's epsilon is
+1.2e-7) and ``regret_vs_oracle_sqrt`` within 1.3e-6 absolute (3.9e-8 of the totals it is the
+difference of), interval bounds within 1.2e-5 absolute.
 ``cs_ucb_ideal``, ``cs_ucb_q_fairness`` and ``beta_rho_grid`` were regenerated when their metrics
 moved onto the device (issue 42: float32 pairwise sums of per-round differences against each
 run's float32 hi + lo benchmark in ``jfl.reduction``, instead of float64 sums on the host):

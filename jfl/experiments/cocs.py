@@ -5,6 +5,12 @@ under per-edge-server budgets (Figs. 3–4); budgets and deadlines are traced en
 parameters and COCS's h_T and z traced hyperparameters, so each grid is one compiled program per
 policy. Regret is measured against an oracle (§VI-B's ``oracle`` unless ``--regret-against``
 names another) run on the same seeds (common random numbers).
+
+``CocsHfl`` reduces its runs on the device (``jfl.reduction``): each run's cumulative utility,
+its square-root form and its successes per round (``UTILITY_REDUCTIONS``), and bands over seeds
+of the running sums, from which the host pairs every configuration with its oracle by seed
+(``oracle_regret``). ``attach_oracle`` and ``utility_metrics`` are the same metrics from every
+run's rounds, in float64: the reference, and what a sweep that keeps every run's rounds uses.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+import jax.numpy as jnp
 import numpy as np
 
 from jfl import checks, plots, sweep
@@ -26,40 +33,56 @@ from jfl.experiments.common import (
     list_defaults,
     plot_point,
 )
+from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
+from jfl.outputs import ROUND
+from jfl.plots.bands import has_runs
 from jfl.policies import REGISTRY
-from jfl.stats import NONNEGATIVE, Bounds
+from jfl.reduction import Curve, Reductions, RunMetric
+from jfl.stats import NONNEGATIVE, UNBOUNDED, Bounds
 from jfl.sweep import Plan
 
 if TYPE_CHECKING:  # xarray is imported where a sweep's results are built
     import xarray as xr
 
 
-def attach_oracle(
-    ds: xr.Dataset, scenario=("budget", "deadline"), reference: str = "oracle"
-) -> xr.Dataset:
-    """Add ``oracle_utility`` [config, seed, round]: the ``reference`` policy's utility in the
-    same scenario.
+# The scenario coordinates a configuration shares with the oracle it is measured against.
+SCENARIO = ("budget", "deadline")
 
-    Each configuration is paired with the ``reference`` configuration that has the same values
-    of the ``scenario`` coordinates (those present), on the same seeds, which is what the regret
-    metrics subtract from (COCS eq. 11). The dataset's ``regret_against`` attribute names the
-    reference. Unchanged if no configuration runs it.
-    """
+
+def oracle_rows(ds: xr.Dataset, scenario=SCENARIO, reference: str = "oracle") -> np.ndarray | None:
+    """[config] The row of the ``reference`` configuration each configuration is paired with:
+    the first that has the same values of the ``scenario`` coordinates (those present); None if
+    no configuration runs ``reference``, ``ValueError`` if one has no such row."""
     policy = ds["policy"].to_numpy()
     if reference not in policy:
-        return ds
+        return None
     names = [name for name in scenario if name in ds.coords]
     values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
-    oracle_rows = np.flatnonzero(policy == reference)
+    candidates = np.flatnonzero(policy == reference)
     match = []
     for config in range(ds.sizes["config"]):
         if values is None:
-            match.append(oracle_rows[0])
+            match.append(candidates[0])
             continue
-        same = (values[oracle_rows] == values[config]).all(axis=1)
+        same = (values[candidates] == values[config]).all(axis=1)
         if not same.any():
             raise ValueError(f"no {reference} configuration shares the scenario of config {config}")
-        match.append(oracle_rows[np.flatnonzero(same)[0]])
+        match.append(candidates[np.flatnonzero(same)[0]])
+    return np.asarray(match)
+
+
+def attach_oracle(ds: xr.Dataset, scenario=SCENARIO, reference: str = "oracle") -> xr.Dataset:
+    """Add ``oracle_utility`` [config, seed, round]: the ``reference`` policy's utility in the
+    same scenario, from every run's rounds.
+
+    Each configuration is paired with the ``reference`` configuration that has the same values
+    of the ``scenario`` coordinates (those present; :func:`oracle_rows`), on the same seeds,
+    which is what the regret metrics subtract from (COCS eq. 11). The dataset's
+    ``regret_against`` attribute names the reference. Unchanged if no configuration runs it.
+    """
+    match = oracle_rows(ds, scenario, reference)
+    if match is None:
+        return ds
     oracle = ds["utility"].isel(config=match).assign_coords(config=ds["config"])
     ds = ds.assign(oracle_utility=oracle.drop_vars([c for c in oracle.coords if c != "config"]))
     return ds.assign_attrs(regret_against=reference)
@@ -67,7 +90,9 @@ def attach_oracle(
 
 def utility_metrics(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     """Cumulative utility (eq. 8) and its square root (eq. 19), successful clients per round,
-    and regret against the Oracle when an ``oracle_utility`` variable is present."""
+    and regret against the Oracle (eq. 11) when an ``oracle_utility`` variable is present: from
+    every run's rounds, in float64 (the reference of ``UTILITY_REDUCTIONS`` and
+    :func:`oracle_regret`)."""
     utility = ds["utility"].astype(np.float64)
     metrics = {
         "cumulative_utility": utility.sum("round"),
@@ -88,6 +113,92 @@ UTILITY_BOUNDS = {
     "cumulative_utility_sqrt": NONNEGATIVE,
     "success_per_round": NONNEGATIVE,
 }
+
+
+def _utility(run) -> jnp.ndarray:
+    return run.outputs["utility"]
+
+
+def _utility_sqrt(run) -> jnp.ndarray:
+    return jnp.sqrt(run.outputs["utility"])
+
+
+# The metrics of ``utility_metrics`` without the oracle, as functions of one run reduced on the
+# device (float32, pairwise sums), and the running sums that Figs. 3a and 7 band over seeds.
+UTILITY_REDUCTIONS = Reductions(
+    metrics={
+        # Σ_t μ_t (eq. 8) and Σ_t √μ_t (eq. 19).
+        "cumulative_utility": RunMetric(
+            ("utility",), lambda r: pairwise_sum(_utility(r)), NONNEGATIVE
+        ),
+        "cumulative_utility_sqrt": RunMetric(
+            ("utility",), lambda r: pairwise_sum(_utility_sqrt(r)), NONNEGATIVE
+        ),
+        "success_per_round": RunMetric(
+            ("num_success",),
+            lambda r: pairwise_mean(r.outputs["num_success"].astype(jnp.float32)),
+            NONNEGATIVE,
+        ),
+    },
+    curves={
+        # Named apart from the per-run totals: the figures tell a band from every run's values
+        # by name (``jfl.plots.bands.has_runs``).
+        "utility_cumsum": Curve(
+            (ROUND,), lambda r: doubling_cumsum(_utility(r)), NONNEGATIVE, ("utility",)
+        ),
+        "utility_sqrt_cumsum": Curve(
+            (ROUND,), lambda r: doubling_cumsum(_utility_sqrt(r)), NONNEGATIVE, ("utility",)
+        ),
+    },
+)
+
+# Each regret (eq. 11) is the oracle's total minus the configuration's, of these totals.
+REGRETS = {
+    "regret_vs_oracle": "cumulative_utility",
+    "regret_vs_oracle_sqrt": "cumulative_utility_sqrt",
+}
+
+
+def oracle_regret(
+    ds: xr.Dataset, scenario=SCENARIO, reference: str = "oracle"
+) -> dict[str, xr.DataArray]:
+    """``regret_vs_oracle`` and ``regret_vs_oracle_sqrt`` [config, seed] (eq. 11) from the
+    per-run totals of a sweep reduced on the device (``UTILITY_REDUCTIONS``).
+
+    A regret is a sum over rounds of differences, so it is the difference of the sums: the
+    total of the configuration's oracle (:func:`oracle_rows`, as ``attach_oracle`` pairs them)
+    on the same seed minus its own, in float64 (exact for float32 totals). It equals
+    ``utility_metrics``'s per-round sum up to the float32 rounding of the two totals, whatever
+    the chunks. Empty if no configuration runs ``reference``.
+    """
+    match = oracle_rows(ds, scenario, reference)
+    if match is None:
+        return {}
+    regrets = {}
+    for regret, total in REGRETS.items():
+        values = ds[total].transpose("config", "seed")
+        own = values.to_numpy().astype(np.float64)
+        regrets[regret] = values.copy(data=own[match] - own)
+    return regrets
+
+
+# What the regret curve's band is (docs/decisions.md#cocs-regret-band).
+UNPAIRED_NOTE = "bands unpaired: var(Oracle) + var(policy); the paired per-seed totals: summary.csv"
+
+
+def regret_band(ds: xr.Dataset, match: np.ndarray) -> xr.DataArray:
+    """[config, stat, round] The cumulative regret's band over seeds from the bands of the
+    running utility: the mean is exact (the oracle's mean minus the configuration's), the
+    variance unpaired, var(O_t) + var(U_t), since the covariance over seeds needs every run's
+    rounds (``match``: :func:`oracle_rows`)."""
+    band = ds["utility_cumsum_band"].transpose("config", "stat", "round")
+    stats = list(band["stat"].to_numpy())
+    mean, var = stats.index("mean"), stats.index("var")
+    values = band.to_numpy().astype(np.float64)
+    regret = np.empty_like(values)
+    regret[:, mean] = values[match, mean] - values[:, mean]
+    regret[:, var] = values[match, var] + values[:, var]
+    return band.copy(data=regret)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +247,9 @@ class HflScenario(Experiment):
         return HflEnv(), params
 
     def metrics(self, ds) -> dict:
-        return utility_metrics(ds)
+        # From every run's rounds on the host; reduced on the device, the utility metrics are
+        # the runs' own (``UTILITY_REDUCTIONS``, in the plan's reductions).
+        return utility_metrics(ds) if has_runs(ds, "utility") else {}
 
 
 # What the command line prints of CocsHfl's summary.
@@ -177,6 +290,7 @@ class CocsHfl(HflScenario):
 
     name: ClassVar[str] = "cocs_hfl"
     summary_columns: ClassVar[tuple[str, ...]] = SUMMARY_COLUMNS
+    reduces_on_device: ClassVar[bool] = True
 
     def check(self) -> None:
         super().check()
@@ -191,10 +305,6 @@ class CocsHfl(HflScenario):
             self.policies, {"h_T": list(self.h_T), "z": list(self.z)}, shared=scenario
         )
         env, params = self.environment_params(p_cover=self.p_cover)
-
-        def finish(ds):
-            return attach_oracle(ds, reference=self.regret_against)
-
         return Plan(
             env,
             params,
@@ -205,11 +315,15 @@ class CocsHfl(HflScenario):
             ),
             per_config={name: configs[name].to_numpy() for name in scenario},
             env_hparams=tuple(scenario),
-            finish=finish,
+            reductions=UTILITY_REDUCTIONS,
             metadata={
                 "utility": {"mnist": "eq. 8 (linear)", "cifar": "eq. 19 (square root)"}[self.preset]
             },
         )
+
+    def metrics(self, ds) -> dict:
+        """The regrets against ``--regret-against``, paired by seed from the per-run totals."""
+        return oracle_regret(ds, reference=self.regret_against)
 
     def plot_axes(self) -> dict[str, list[float]]:
         """Budget, deadline and COCS's h_T and z: the per-round figures draw every policy at
@@ -230,30 +344,28 @@ class CocsHfl(HflScenario):
         view = figure_slice(ds, plot_point(self), defaults)
         shown = view.configs
         line = {"method": self.ci, "varying": view.varying, "subtitle": view.subtitle}
-        curves = ds.assign(
-            utility_sqrt=np.sqrt(ds["utility"]), success=ds["num_success"].astype(float)
-        )
-        for variable, ylabel, name, title, cumulative in (
-            ("utility", "cumulative utility (eq. 8)", "cumulative_utility",
-             "Cumulative utility (Qu Fig. 3a)", True),
-            ("utility_sqrt", "cumulative utility (eq. 19)", "cumulative_utility_sqrt",
-             "Cumulative non-convex utility (Qu Fig. 7)", True),
-            ("success", "successful clients per round", "success_per_round",
-             "Successful clients per round (Qu Fig. 4b)", False),
+        # The running sums are bands of their own (UTILITY_REDUCTIONS' curves).
+        for variable, ylabel, name, title in (
+            ("utility_cumsum", "cumulative utility (eq. 8)", "cumulative_utility",
+             "Cumulative utility (Qu Fig. 3a)"),
+            ("utility_sqrt_cumsum", "cumulative utility (eq. 19)", "cumulative_utility_sqrt",
+             "Cumulative non-convex utility (Qu Fig. 7)"),
+            ("num_success", "successful clients per round", "success_per_round",
+             "Successful clients per round (Qu Fig. 4b)"),
         ):  # fmt: skip
             plots.plot_over_rounds(
-                curves, variable, ylabel, folder / f"{name}.png", title,
-                cumulative=cumulative, configs=shown, bounds=NONNEGATIVE, **line,
+                ds, variable, ylabel, folder / f"{name}.png", title, configs=shown,
+                bounds=NONNEGATIVE, **line,
             )  # fmt: skip
-        if "oracle_utility" in ds:
-            curves = curves.assign(regret=ds["oracle_utility"] - ds["utility"])
+        match = oracle_rows(ds, reference=self.regret_against)
+        if match is not None:
+            policy = ds["policy"].to_numpy()
+            subtitle = "\n".join(filter(None, (view.subtitle, UNPAIRED_NOTE)))
             plots.plot_over_rounds(
-                curves, "regret", "regret vs Oracle", folder / "regret.png",
-                "Cumulative regret against the Oracle (Qu Fig. 3b)", cumulative=True,
-                configs=[
-                    c for c in shown if ds["policy"].to_numpy()[c] != ds.attrs["regret_against"]
-                ],
-                **line,
+                ds.assign(regret_band=regret_band(ds, match)), "regret", "regret vs Oracle",
+                folder / "regret.png", "Cumulative regret against the Oracle (Qu Fig. 3b)",
+                configs=[c for c in shown if policy[c] != self.regret_against],
+                bounds=UNBOUNDED, **{**line, "subtitle": subtitle},
             )  # fmt: skip
         for axis, figure in (("budget", "4d"), ("deadline", "4f")):
             if summary[axis].nunique() > 1:

@@ -2,8 +2,10 @@
 actions.
 
 One tiny run of every policy over two budgets × two deadlines (a module fixture) is the golden
-run (``tests/golden.py``) and serves every output check; bad flags stop before anything
-compiles, so they are covered broadly.
+run (``tests/golden.py``), reduced on the device, and serves every output check; the same plan's
+every run's rounds (the same compiled runs, from the persistent compilation cache) are the host
+reference of its metrics, curves and regrets. Bad flags stop before anything compiles, so they
+are covered broadly.
 """
 
 from __future__ import annotations
@@ -18,10 +20,20 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from jfl import cli, driver
+from jfl import cli, driver, sweep
 from jfl.envs.hfl import HflEnv, preset_params
-from jfl.experiments.cocs import CocsHfl, attach_oracle, utility_metrics
+from jfl.experiments.cocs import (
+    UNPAIRED_NOTE,
+    UTILITY_REDUCTIONS,
+    CocsHfl,
+    attach_oracle,
+    oracle_regret,
+    oracle_rows,
+    regret_band,
+    utility_metrics,
+)
 from jfl.policies import Policy
+from jfl.reduction import make_reducer
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
 from jfl.trackers import fairness_queue
@@ -120,9 +132,11 @@ POLICIES = ["cocs", "oracle", "linucb", "cucb", "random_budget"]  # the golden r
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The golden run (tests/golden.py): every policy over budgets {0.5, 4} × deadlines {2, 4},
-    20 configurations; the run and the figures it saved."""
+    20 configurations, reduced on the device and with every run's rounds in results.nc
+    (``--per-run-rounds``: the same summary); the run and the figures it saved."""
     out = tmp_path_factory.mktemp("cocs") / "run"
-    config = cli.parse(CocsHfl, [*golden_argv("cocs_hfl"), "--quiet", "--out", str(out)])
+    argv = [*golden_argv("cocs_hfl"), "--per-run-rounds", "--quiet", "--out", str(out)]
+    config = cli.parse(CocsHfl, argv)
     assert (config.clients, config.servers, config.seeds, config.rounds) == (8, M, 3, 30)
     assert list(config.policies) == POLICIES
     with record_figures() as figures:
@@ -134,8 +148,27 @@ def tiny_run(tiny):
     return tiny[0]
 
 
-def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
-    """A tiny run writes summary.csv, results.nc, metadata.json and the utility figures."""
+@pytest.fixture(scope="module")
+def every_run(tiny_run):
+    """Every run's rounds of the golden run, the host reference of its reductions: the runs'
+    own outputs, which ``--per-run-rounds`` streamed into results.nc (running the plan again
+    with ``jfl.sweep.run_policy_grid`` would give the same arrays and trace COCS's programs
+    again), with the Oracle attached (``attach_oracle``)."""
+    return attach_oracle(load_dataset(tiny_run.out / "results.nc"))
+
+
+def _pairwise_tolerance(values: np.ndarray) -> np.ndarray:
+    """A bound on the error of a float32 pairwise sum of ``values`` [..., n] against the exact
+    sum: ⌈log₂ n⌉ roundings of partial sums no larger than Σ|x|, each within eps/2 relative,
+    plus the float32 rounding of each term (a square root)."""
+    n = values.shape[-1]
+    eps = np.finfo(np.float32).eps
+    return (np.ceil(np.log2(n)) + 1) * eps * np.abs(values).sum(-1)
+
+
+def test_end_to_end_writes_summary_results_metadata_and_figures(tiny, every_run):
+    """A tiny run writes summary.csv, results.nc (reduced: no run's rounds), metadata.json and
+    the utility figures."""
     tiny_run, figures = tiny
     out = tiny_run.out
     metadata = json.loads((out / "metadata.json").read_text())
@@ -167,7 +200,8 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
                 **curves,
             },
             "regret": {
-                "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}",
+                "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}\n"
+                + UNPAIRED_NOTE,
                 "ylabel": "regret vs Oracle",
                 "xlabel": "round",
                 "policies": [p for p in POLICIES if p != "oracle"],
@@ -184,7 +218,7 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
             },
         },
     )
-    ds = tiny_run.dataset
+    ds = every_run
     first = (ds["budget"] == 0.5) & (ds["deadline"] == 2.0)
     lines = figures["cumulative_utility.png"].axes[0].get_lines()
     for line, policy in zip(lines, POLICIES, strict=True):  # means over seeds
@@ -212,11 +246,31 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny):
     for column in ("regret_vs_oracle", "regret_vs_oracle_lo", "regret_vs_oracle_hi"):
         assert (oracle[column] == 0.0).all()
 
+    # Reduced on the device: in memory the per-run metrics and the bands, no run's rounds.
+    assert metadata["outputs"] == "reduced on the device"
+    check_reduced(tiny_run.dataset)
     with xr.open_dataset(out / "results.nc", engine="h5netcdf") as ds:
-        assert dict(ds.sizes) == {"config": 20, "seed": 3, "round": 30, "client": 8}
-        assert {"utility", "num_success", "num_selected", "oracle_utility"} <= set(ds.data_vars)
+        assert dict(ds.sizes) == {"config": 20, "seed": 3, "round": 30, "client": 8, "stat": 2}
+        check_reduced(ds, per_run=metadata["per_run_outputs"])
+        assert {"utility", "num_success", "num_selected"} <= set(metadata["per_run_outputs"])
         assert "queue_rate" not in ds.coords
         assert json.loads(ds.attrs["metadata"])["utility"] == "eq. 8 (linear)"
+
+
+def check_reduced(ds, per_run=()) -> None:
+    """``ds`` holds what a reduced cocs_hfl sweep keeps: per-run metrics, regrets included, and
+    the bands of the utility, its running sums and the successes; no run's rounds but those in
+    ``per_run``, and no Oracle's rounds beside them."""
+    metrics = {*UTILITY_REDUCTIONS.metrics, "regret_vs_oracle", "regret_vs_oracle_sqrt"}
+    bands = {f"{name}_band" for name in (*UTILITY_REDUCTIONS.curves, "utility", "num_success")}
+    assert metrics | bands <= set(ds.data_vars)
+    for name in metrics:
+        assert ds[name].dims == ("config", "seed"), name
+    for name in bands:
+        assert ds[name].dims == ("config", "stat", "round"), name
+    rounds = [name for name in ds.data_vars if {"seed", "round"} <= set(ds[name].dims)]
+    assert sorted(rounds) == sorted(name for name in per_run if "round" in ds[name].dims)
+    assert "oracle_utility" not in ds
 
 
 def test_reproduces_its_golden_run(tiny_run):
@@ -225,31 +279,167 @@ def test_reproduces_its_golden_run(tiny_run):
     assert_golden_summary("cocs_hfl", pd.read_csv(tiny_run.out / "summary.csv"))
 
 
-def test_oracle_utility_and_utility_metrics_recomputed_from_results(tiny_run):
-    """oracle_utility is the Oracle's in-scenario utility; summary metrics match results.nc."""
-    ds = load_dataset(tiny_run.out / "results.nc")
-    summary = tiny_run.summary
-    utility = ds["utility"].to_numpy().astype(np.float64)
-    oracle_utility = ds["oracle_utility"].to_numpy().astype(np.float64)
+def test_oracle_utility_is_the_oracles_in_scenario_utility(every_run):
+    """From every run's rounds: utility = successes / M, and oracle_utility is the Oracle's
+    utility in the configuration's (budget, deadline), the match per scenario."""
+    ds = every_run
+    utility = ds["utility"].to_numpy()
+    oracle_utility = ds["oracle_utility"].to_numpy()
     num_success = ds["num_success"].to_numpy()
-    np.testing.assert_array_equal(ds["utility"].to_numpy(), num_success.astype(np.float32) / M)
+    np.testing.assert_array_equal(utility, num_success.astype(np.float32) / M)
     assert (num_success <= ds["num_selected"].to_numpy()).all()
     for c in range(ds.sizes["config"]):
         budget, deadline = float(ds["budget"][c]), float(ds["deadline"][c])
         o = _config(ds, policy="oracle", budget=budget, deadline=deadline)
         np.testing.assert_array_equal(oracle_utility[c], utility[o])
-        row = summary.iloc[c]
-        assert (row["policy"], row["budget"]) == (str(ds["policy"][c].item()), budget)
-        for metric, per_seed in (
-            ("cumulative_utility", utility[c].sum(-1)),
-            ("cumulative_utility_sqrt", np.sqrt(utility[c]).sum(-1)),
-            ("success_per_round", num_success[c].mean(-1)),
-            ("regret_vs_oracle", (oracle_utility[c] - utility[c]).sum(-1)),
-        ):
-            np.testing.assert_allclose(row[metric], per_seed.mean(), rtol=1e-12, err_msg=metric)
     # The Oracle's utility differs between the scenarios: the match is per scenario.
     low, high = (_config(ds, policy="cocs", budget=b, deadline=4.0) for b in (0.5, 4.0))
     assert oracle_utility[low].sum() < oracle_utility[high].sum()
+    np.testing.assert_array_equal(oracle_rows(ds), oracle_rows(ds.drop_vars("utility")))
+
+
+def test_device_metrics_equal_the_host_reference(tiny_run, every_run):
+    """Each run's cumulative utility, its square-root form and successes per round, reduced on
+    the device in float32, equal ``utility_metrics`` on every run's rounds in float64 within a
+    pairwise sum's rounding; the summary's means are the means of those."""
+    ds = every_run
+    reduced = tiny_run.dataset
+    host = utility_metrics(ds)
+    utility = ds["utility"].transpose("config", "seed", "round").to_numpy().astype(np.float64)
+    terms = {
+        "cumulative_utility": utility,
+        "cumulative_utility_sqrt": np.sqrt(utility),
+        "success_per_round": ds["num_success"].to_numpy() / ds.sizes["round"],
+    }
+    for name, values in terms.items():
+        got = reduced[name].transpose("config", "seed").to_numpy()
+        assert got.dtype == np.float32, name
+        want = host[name].transpose("config", "seed").to_numpy()
+        np.testing.assert_array_less(np.abs(got - want), _pairwise_tolerance(values) + 1e-30)
+        np.testing.assert_allclose(tiny_run.summary[name], got.astype(np.float64).mean(1))
+    assert (reduced["cumulative_utility"] > 0).any()  # not every run empty
+
+
+def test_regret_pairs_the_per_run_totals_by_seed(tiny_run, every_run):
+    """The regrets paired on the host from the device totals equal the per-round sums of
+    oracle − policy (``utility_metrics`` after ``attach_oracle``) within the two totals'
+    float32 rounding; from float64 totals, the pairing is the per-round sum to float64's."""
+    ds = every_run
+    host = utility_metrics(ds)
+    utility = ds["utility"].transpose("config", "seed", "round").to_numpy().astype(np.float64)
+    match = oracle_rows(ds)
+    device = oracle_regret(tiny_run.dataset)
+    assert list(device) == ["regret_vs_oracle", "regret_vs_oracle_sqrt"]
+    for regret, terms in (
+        ("regret_vs_oracle", utility),
+        ("regret_vs_oracle_sqrt", np.sqrt(utility)),
+    ):
+        want = host[regret].transpose("config", "seed").to_numpy()
+        got = device[regret].transpose("config", "seed").to_numpy()
+        tolerance = _pairwise_tolerance(terms)
+        np.testing.assert_array_less(np.abs(got - want), tolerance[match] + tolerance + 1e-30)
+        summary = tiny_run.summary
+        np.testing.assert_array_equal(summary[regret], got.mean(1))
+        assert (summary.loc[summary.policy == "oracle", regret] == 0.0).all()
+    # The pairing alone, on the host's float64 totals.
+    exact = oracle_regret(
+        ds.assign({k: host[k] for k in ("cumulative_utility", "cumulative_utility_sqrt")})
+    )
+    for regret, values in exact.items():
+        np.testing.assert_allclose(values, host[regret], rtol=1e-12, atol=1e-12)
+    # A finished sweep's file, read back, pairs them the same.
+    stored = oracle_regret(load_dataset(tiny_run.out / "results.nc"))
+    for regret, values in stored.items():
+        np.testing.assert_array_equal(values, device[regret], err_msg=regret)
+    # A run against oracle_context, absent here, has no regret.
+    assert oracle_regret(tiny_run.dataset, reference="oracle_context") == {}
+
+
+def test_bands_equal_the_host_reference(tiny_run, every_run):
+    """The running sums' and the successes' bands over seeds (mean, variance with ddof=1)
+    equal NumPy's on every run's rounds in float64; the regret curve's mean is the paired mean,
+    its variance var(O_t) + var(U_t) (unpaired)."""
+    ds = every_run
+    reduced = tiny_run.dataset
+    utility = ds["utility"].transpose("config", "seed", "round").to_numpy().astype(np.float64)
+    curves = {
+        "utility_cumsum": np.cumsum(utility, -1),
+        "utility_sqrt_cumsum": np.cumsum(np.sqrt(utility), -1),
+        "num_success": ds["num_success"].transpose("config", "seed", "round").to_numpy(),
+    }
+    rounds = ds.sizes["round"]
+    eps = np.finfo(np.float32).eps
+    for name, values in curves.items():
+        band = reduced[f"{name}_band"].transpose("config", "stat", "round").to_numpy()
+        scale = np.abs(values).max(1) + 1e-30  # the largest of a round's values
+        np.testing.assert_array_less(
+            np.abs(band[:, 0] - values.mean(1)), 4 * np.log2(rounds) * eps * scale, err_msg=name
+        )
+        np.testing.assert_array_less(
+            np.abs(band[:, 1] - values.var(1, ddof=1)), 16 * np.log2(rounds) * eps * scale**2,
+            err_msg=name,
+        )  # fmt: skip
+    match = oracle_rows(ds)
+    regret = regret_band(reduced, match).transpose("config", "stat", "round").to_numpy()
+    cumulative = curves["utility_cumsum"]
+    paired = cumulative[match] - cumulative
+    scale = np.abs(cumulative).max(1)
+    np.testing.assert_array_less(
+        np.abs(regret[:, 0] - paired.mean(1)),
+        8 * np.log2(rounds) * eps * (scale[match] + scale) + 1e-30,
+    )
+    unpaired = cumulative[match].var(1, ddof=1) + cumulative.var(1, ddof=1)
+    np.testing.assert_allclose(regret[:, 1], unpaired, rtol=1e-5, atol=1e-6)
+
+
+def test_reductions_do_not_depend_on_the_chunk(tiny_run, every_run):
+    """The utility reductions of each configuration alone equal those of all twenty at once
+    and the driver's (chunks of four), bit for bit."""
+    dims = sweep.PolicyGrid(tiny_run.experiment.plan()).dims  # every output the runs record
+    reduce = jax.jit(
+        jax.vmap(make_reducer(dims, tiny_run.experiment.rounds, extra=UTILITY_REDUCTIONS))
+    )
+    ds = every_run
+    arrays = {name: jnp.asarray(ds[name].transpose("config", "seed", *dims[name])) for name in dims}
+    together = reduce(arrays, {}, {})
+    names = [*UTILITY_REDUCTIONS.metrics, *(f"{c}_band" for c in UTILITY_REDUCTIONS.curves)]
+    for name in names:
+        np.testing.assert_array_equal(
+            together[name], tiny_run.dataset[name].to_numpy(), err_msg=name
+        )
+    for config in (0, 7, 19):
+        alone = reduce({k: v[config : config + 1] for k, v in arrays.items()}, {}, {})
+        for name in names:
+            np.testing.assert_array_equal(alone[name][0], together[name][config], err_msg=name)
+
+
+def test_figures_draw_the_device_curves(tiny_run, every_run, tmp_path):
+    """At budget 4 and deadline 4 the curves are the means over seeds of every run's running
+    sums and the regret curve the paired mean regret; its legend names its bands unpaired."""
+    ds = every_run
+    experiment = dataclasses.replace(tiny_run.experiment, plot_at=("budget=4,deadline=4",))
+    with record_figures() as figures:
+        experiment.figures(tiny_run.dataset, tiny_run.summary, tmp_path)
+    at = (ds["budget"] == 4.0) & (ds["deadline"] == 4.0)
+    configs = {p: int(ds["config"][at & (ds["policy"] == p)][0]) for p in POLICIES}
+    utility = ds["utility"].astype(np.float64)
+    oracle = ds["oracle_utility"].astype(np.float64)
+    want = {
+        "cumulative_utility.png": lambda c: utility.sel(config=c).cumsum("round"),
+        "cumulative_utility_sqrt.png": lambda c: np.sqrt(utility.sel(config=c)).cumsum("round"),
+        "success_per_round.png": lambda c: ds["num_success"].sel(config=c).astype(float),
+        "regret.png": lambda c: (oracle - utility).sel(config=c).cumsum("round"),
+    }
+    for name, curve in want.items():
+        ax = figures[name].axes[0]
+        shown = [p for p in POLICIES if name != "regret.png" or p != "oracle"]
+        lines = ax.get_lines()
+        assert len(lines) == len(shown), name
+        for line, policy in zip(lines, shown, strict=True):
+            mean = curve(configs[policy]).mean("seed").to_numpy()
+            np.testing.assert_allclose(line.get_ydata(), mean, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert UNPAIRED_NOTE in figures["regret.png"].axes[0].get_title()
+    assert np.abs(figures["regret.png"].axes[0].get_lines()[0].get_ydata()).max() > 0
 
 
 def test_attach_oracle_matches_budget_and_deadline_by_hand():
@@ -279,11 +469,14 @@ def test_attach_oracle_matches_budget_and_deadline_by_hand():
         attach_oracle(ds.isel(config=[1, 4]))
 
 
-def test_summary_without_oracle_has_no_regret(tiny_run):
-    """Regret needs the Oracle: without oracle_utility the summary has no regret columns."""
-    ds = tiny_run.dataset.drop_vars("oracle_utility")
+def test_summary_without_oracle_has_no_regret(tiny_run, every_run):
+    """Regret needs the Oracle: without oracle_utility (every run's rounds) or an Oracle
+    configuration (reduced), the summary has no regret columns."""
+    ds = every_run.drop_vars("oracle_utility")
     summary = summarize(ds, metrics=utility_metrics)
     assert "cumulative_utility" in summary and "regret_vs_oracle" not in summary
+    reduced = tiny_run.dataset
+    assert oracle_regret(reduced.isel(config=reduced["policy"].to_numpy() != "oracle")) == {}
 
 
 # --------------------------------------------------------------------------- traced scenarios
@@ -298,20 +491,23 @@ def test_budget_and_deadline_are_traced_per_configuration(tiny_run, tmp_path):
         return grid[var][_config(grid, policy="oracle", budget=budget, deadline=deadline)]
 
     for deadline in (2.0, 4.0):
-        small = oracle(0.5, deadline, "num_selected").mean()
-        large = oracle(4.0, deadline, "num_selected").mean()
+        small = oracle(0.5, deadline, "selected_per_round").mean()
+        large = oracle(4.0, deadline, "selected_per_round").mean()
         assert small < large, (deadline, small, large)
     # Costs are at least 1 per client: a budget of 0.5 affords no one.
-    assert (oracle(0.5, 4.0, "num_selected") == 0).all()
+    assert (oracle(0.5, 4.0, "selected_per_round") == 0).all()
     # Same draws (common random numbers): the later deadline succeeds more often.
-    assert oracle(4.0, 4.0, "num_success").sum() > oracle(4.0, 2.0, "num_success").sum()
+    assert oracle(4.0, 4.0, "success_per_round").sum() > oracle(4.0, 2.0, "success_per_round").sum()
 
     # Another grid of the same size (so the same compiled program) puts (4, 4) first, among
     # other neighbours; the runner's own tests cover a configuration alone.
-    other_grid = dict(budget=(4.0, 9.0), deadline=(4.0, 1.0), plots=False, out=str(tmp_path / "o"))
+    other_grid = dict(budget=(4.0, 9.0), deadline=(4.0, 1.0), plots=False, per_run_rounds=False)
+    other_grid["out"] = str(tmp_path / "o")
     other_grid["policies"] = ("cocs", "oracle")
     other = driver.run(dataclasses.replace(tiny_run.experiment, **other_grid)).dataset
-    assert set(other.data_vars) >= {"utility", "num_success", "num_selected", "selection_count"}
+    # Without --per-run-rounds, results.nc holds no run's rounds either.
+    with xr.open_dataset(tmp_path / "o" / "results.nc", engine="h5netcdf") as stored:
+        check_reduced(stored)
     for policy in ("cocs", "oracle"):
         at = dict(policy=policy, budget=4.0, deadline=4.0)
         first = int(np.flatnonzero(other["policy"].to_numpy() == policy)[0])

@@ -4,8 +4,9 @@ in each: no text cut off at the canvas's edges, no legend over the data.
 
 The datasets hold random values of the outputs each experiment's runner records (its
 environment's metrics, the fairness queue, a learner's evaluations) for the configurations it
-builds, with what its ``finish`` adds (benchmarks, the oracle's utility); the summaries come
-from them as the driver makes them. A few settings besides the defaults reach the figures that
+builds, with what its ``finish`` adds (benchmarks), reduced over seeds as on the device where
+the experiment reduces there (``as_reduced``); the summaries come from them as the driver
+makes them. A few settings besides the defaults reach the figures that
 only grids draw (heatmaps, metrics against a swept value) and the longest titles.
 """
 
@@ -18,6 +19,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from matplotlib.figure import Figure
 
 from jfl import results
@@ -36,6 +38,7 @@ from jfl.experiments import (
     PowDQuadratic,
     VBetaGrid,
 )
+from jfl.experiments.cocs import utility_metrics
 from jfl.experiments.common import with_queue_rate
 from jfl.experiments.wireless import add_scenario, add_scenario_vectors
 from jfl.sweep import config_table
@@ -177,6 +180,35 @@ def fl_cocs():
     return federated(config, configs, HFL)
 
 
+def as_reduced(ds, curves=None):
+    """What a sweep reduced on the device holds of the per-run ``ds``: its variables without a
+    per-run axis besides the seed's (per-run metrics [config, seed], …) and the band over seeds
+    [config, stat, ...] of every per-run round, client or evaluation output and of ``curves``
+    ({name: per-run DataArray})."""
+    series = {n: v for n, v in ds.data_vars.items() if "seed" in v.dims and v.ndim == 3}
+    bands = {
+        f"{name}_band": xr.concat([v.mean("seed"), v.var("seed", ddof=1)], "stat")
+        for name, v in {**series, **(curves or {})}.items()
+    }
+    bands = {name: band.transpose("config", "stat", ...) for name, band in bands.items()}
+    return ds.drop_vars(list(series)).assign(bands).assign_coords(stat=["mean", "var"])
+
+
+def cocs_hfl():
+    """A grid of budgets, deadlines, h_T and z, reduced as on the device: the utility metrics
+    (``utility_metrics``: the device's from every run's rounds) and the running sums' bands."""
+    config = CocsHfl(budget=(3.5, 5.0), deadline=(3.0, 4.0), h_T=(2.0, 5.0), z=(0.2, 0.4))
+    plan = config.plan()
+    ds = runs(plan.configs, config.clients, HFL)
+    utility = ds["utility"]
+    curves = {"utility_cumsum": utility.cumsum("round")}
+    curves["utility_sqrt_cumsum"] = np.sqrt(utility).cumsum("round")
+    ds = as_reduced(ds.assign(utility_metrics(ds)), curves)
+    ds = ds.assign(config.metrics(ds))
+    names = [name for name, v in ds.data_vars.items() if v.dims == ("config", "seed")]
+    return config, ds, results.summary_table(ds, names, bounds=config.metric_bounds)
+
+
 def cs_ucb_q_delay():
     config = CsUcbQDelay()
     plan = config.plan()
@@ -205,9 +237,7 @@ SWEEPS = {
     "beta_rho_grid": lambda: regret_sweep(
         BetaRhoGrid(), configs := BetaRhoGrid().configs(), np.flatnonzero(configs["rho"] == 1.75)
     ),
-    "cocs_hfl": lambda: planned(
-        CocsHfl(budget=(3.5, 5.0), deadline=(3.0, 4.0), h_T=(2.0, 5.0), z=(0.2, 0.4)), HFL
-    ),
+    "cocs_hfl": cocs_hfl,
     "e3cs_classes": lambda: planned(E3csClasses(), SUCCESS),
     "fl_rbcsf": fl_rbcsf,
     "fl_cs_ucb": fl_cs_ucb_ideal,
