@@ -159,9 +159,9 @@ def make_run(
         trackers, before, after, declared,
     )  # fmt: skip
 
-    def run(key, hparams, data=None) -> RunOutput:
+    def run(key, hparams, data=None, params=None) -> RunOutput:
         k_reset, k_init, k_rounds, *k_learn = run_keys(key, learner is not None)
-        params = env_params
+        params = env_params if params is None else params
         if env_hparams:
             params = env_params.replace(**{name: hparams[name] for name in env_hparams})
         carry, k_train, k_probe = _initial_carry(
@@ -412,12 +412,17 @@ def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, ja
     return {name: values[name] for name in env.round_metrics}
 
 
-def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=None):
+def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=None, params=None):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
     Signature of the result: ``(keys[S], hparams{name: [C]}, num_configs=None) -> RunOutput`` with
     leading axes ``[C, S]`` (``num_configs`` is C, needed only when ``hparams`` is empty). ``data``
-    (federated runs) is shared by every run and passed to the compiled program as an argument. The
+    (federated runs) is shared by every run and passed to the compiled program as an argument, and
+    so are the environment's parameters ``params`` when given (``run``'s own otherwise, which
+    the program then holds as constants): their array and float fields are traced, so one
+    compiled program serves every setting of the same shapes (the persistent compilation cache
+    then finds it across processes), while their static fields (numbers of clients, …) stay
+    static. The
     hyperparameters named in ``seed_hparams`` have a seed axis after the configuration axis (``[C,
     S, ...]``): each run reads its own seed's row, for values that depend on the seed, such as the
     mean rewards of the seed's client layout.
@@ -430,18 +435,18 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
     would compute some of its sums differently for different numbers of configurations.
     """
 
-    def over_seeds(keys, hparams, data):
+    def over_seeds(keys, hparams, data, params):
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
         seeded = {k: hparams[k] for k in seed_hparams}
-        return jax.vmap(lambda key, own: run(key, {**shared, **own}, data))(keys, seeded)
+        return jax.vmap(lambda key, own: run(key, {**shared, **own}, data, params))(keys, seeded)
 
-    @functools.partial(jax.jit, static_argnums=3)
-    def over_configs(keys, hparams, data, num_configs):
-        over = jax.vmap(over_seeds, in_axes=(None, 0, None), axis_size=num_configs)
-        return over(keys, hparams, data)
+    @functools.partial(jax.jit, static_argnums=4)
+    def over_configs(keys, hparams, data, params, num_configs):
+        over = jax.vmap(over_seeds, in_axes=(None, 0, None, None), axis_size=num_configs)
+        return over(keys, hparams, data, params)
 
     def batched(keys, hparams, num_configs=None):
-        return over_configs(keys, hparams, data, _num_configs(hparams, num_configs))
+        return over_configs(keys, hparams, data, params, _num_configs(hparams, num_configs))
 
     if reduce is None:
         return batched

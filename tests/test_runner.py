@@ -316,6 +316,28 @@ def test_env_hparams_availability_is_traced_per_configuration():
             )
 
 
+def test_environment_parameters_given_to_the_batched_run_are_traced(setup):
+    """``make_batched_run(..., params=)``: the environment's parameters are an argument of the
+    program, so two settings of the same shapes trace to the same program (one compilation,
+    and the persistent cache finds it across processes), and each setting's runs are those of
+    a runner built with it (to float32 rounding: constants folded or not)."""
+    env, params, policy, _, hparams, keys = setup
+    other = params.replace(p_available=0.5, noise=0.3, cpu_high=3.0)
+    run = make_run(env, params, policy, T, trackers=QUEUE)
+
+    one = {k: v[0] for k, v in hparams.items()}
+
+    def program(p):
+        return str(jax.make_jaxpr(lambda k, h, p: run(k, h, None, p))(keys[0], one, p))
+
+    assert program(params) == program(other)
+    small = {k: v[:2] for k, v in hparams.items()}
+    traced = make_batched_run(run, params=other)(keys, small)
+    built = make_batched_run(make_run(env, other, policy, T, trackers=QUEUE))(keys, small)
+    np.testing.assert_array_equal(traced.selection_count, built.selection_count)
+    np.testing.assert_allclose(traced.round_time, built.round_time, rtol=1e-6)
+
+
 def test_cs_ucb_q_selects_min_n_available_in_a_batch_of_betas():
     """cs_ucb_q vmapped over β selects exactly min(N, |A(t)|) and matches its alone run."""
     # Regression: a fused score evaluated twice in topk_mask's pairwise ranking could rank a

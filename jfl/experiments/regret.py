@@ -31,8 +31,6 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
-from scipy.optimize import linprog
 
 from jfl import checks
 
@@ -348,6 +346,11 @@ def _solve_joint(
     c: np.ndarray,
 ) -> np.ndarray:
     """HiGHS's optimum of LP (23) in the joint probabilities ``x_S(e) = P(e) q_S(e)``."""
+    # On use: scipy.optimize takes longer to import than a small sweep takes to plan, and only
+    # the experiments with an LP benchmark solve one.
+    from scipy import sparse
+    from scipy.optimize import linprog
+
     num_patterns, num_vars = pattern_prob.shape[0], sets.shape[0]
     k_total = sets.shape[1]
     var_idx = np.arange(num_vars)

@@ -163,7 +163,10 @@ class PolicyGrid:
             eval_every=plan.eval_every,
             trackers=tuple(plan.trackers),
         )
-        return make_batched_run(run, plan.data, seed_hparams=seed_hparams, reduce=reducer)
+        # The environment's parameters are an argument of the program: traced, not constants.
+        return make_batched_run(
+            run, plan.data, seed_hparams=seed_hparams, reduce=reducer, params=plan.env_params
+        )
 
 
 def run_policy_grid(
