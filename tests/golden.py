@@ -52,6 +52,14 @@ within 6.1e-6 absolute; ``mean_set_reward`` became ``average_set_reward`` (the s
 reduced dataset holds the per-run metrics beside the runs' per-round ``mean_set_reward``,
 μ(S(t))), and the gaps, derived on the host from the device's regrets, now follow the device's
 metrics: ``cumulative_gap``, ``average_gap`` and ``realised_gap`` come after ``failed_clients``.
+``fl_rbcsf``, ``fl_cs_ucb_q`` and ``fl_cocs`` were regenerated when the federated experiments'
+metrics moved onto the device (issue 42: float32 pairwise sums in ``jfl.reduction`` instead of
+float64 on the host): checked column by column, the accuracy metrics, the utilities and the set
+reward are bit for bit the previous values (picks of float32 values, sums of exact ones), the
+other means within 4.0e-8 relative (``max_rate_violation`` at a float32 β), interval bounds
+within 3.3e-6 absolute (8.2e-7 relative: two seeds' Student-t half-width magnifies the float32
+rounding of each run's value); ``fl_cs_ucb_q``'s ``mean_set_reward`` became
+``average_set_reward``, as the CS-UCB experiments' did (the same values).
 
 The flags are those of the end-to-end runs in ``tests/experiments/`` (same shapes, same
 programs), so each experiment's golden check shares its compiled programs with those tests: the

@@ -12,16 +12,15 @@ import pytest
 
 from jfl.driver import run
 from jfl.experiments import FlCocs, FlRbcsf
-from jfl.results import run_metrics
 from jfl.stats import mean_ci
 
 pytestmark = pytest.mark.slow
 
 
-def _metrics(experiment, tmp_path, **settings):
+def _dataset(experiment, tmp_path, **settings):
+    """The sweep's dataset: every run's metrics [config, seed], reduced on the device."""
     out = tmp_path / experiment.name
-    ds = run(experiment(**settings, quiet=True, plots=False, out=str(out))).dataset
-    return ds, run_metrics(ds)
+    return run(experiment(**settings, quiet=True, plots=False, out=str(out))).dataset
 
 
 def _rows(ds, **labels):
@@ -40,20 +39,20 @@ def _assert_positive(samples, what):
 def test_rbcsf_wall_clock_order_and_fedcs_accuracy(tmp_path):
     """Huang §6.2 (Fig. 6, γ₁ = 1): FedCS(3) reaches the target in less simulated time than
     RBCS-F, which beats Random; Random ends more accurate than FedCS(3)."""
-    ds, metrics = _metrics(FlRbcsf, tmp_path, gamma1=(1.0,), V=(50.0,), seeds=16)
-    time = metrics["time_to_accuracy"].to_numpy()
+    ds = _dataset(FlRbcsf, tmp_path, gamma1=(1.0,), V=(50.0,), seeds=16)
+    time = ds["time_to_accuracy"].to_numpy()
     assert np.isfinite(time).all(), "every seed should reach the target accuracy"
     fedcs, rbcsf, random = (_rows(ds, policy=p) for p in ("fedcs", "rbcsf", "random"))
     _assert_positive(time[rbcsf] - time[fedcs], "time to target: RBCS-F − FedCS")
     _assert_positive(time[random] - time[rbcsf], "time to target: Random − RBCS-F")
-    accuracy = metrics["final_accuracy"].to_numpy()
+    accuracy = ds["final_accuracy"].to_numpy()
     _assert_positive(accuracy[random] - accuracy[fedcs], "final accuracy: Random − FedCS")
 
 
 def test_cocs_oracle_reaches_the_target_first(tmp_path):
     """Qu Table II: the Oracle needs fewer rounds to the target accuracy than COCS."""
-    ds, metrics = _metrics(FlCocs, tmp_path, policies=("oracle", "cocs"), seeds=16)
-    rounds = metrics["rounds_to_accuracy"].to_numpy()
+    ds = _dataset(FlCocs, tmp_path, policies=("oracle", "cocs"), seeds=16)
+    rounds = ds["rounds_to_accuracy"].to_numpy()
     oracle, cocs = rounds[_rows(ds, policy="oracle")], rounds[_rows(ds, policy="cocs")]
     assert np.isfinite(oracle).all()
     # A COCS seed that never reaches the target counts as reaching it just after the last round:

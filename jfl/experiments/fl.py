@@ -7,6 +7,11 @@ rate is 0.001" (§V-A), ρ being the samples of one round's local update (eq. 36
 SGD step on 2 samples a round. ``FlCsUcbIdeal`` and ``FlCsUcbQ`` default to that protocol
 (``PAPER_PROTOCOL``); FedAvg's epochs are a flag away (``--local-steps None --batch-size 10 --lr
 0.1``).
+
+Every experiment reduces its runs on the device (``jfl.reduction``): the accuracy metrics
+(``FederatedTraining.federated_plan``), the selection metrics and its scenario's own
+(``WIRELESS_REDUCTIONS``, ``HFL_REDUCTIONS``), and bands over seeds of every per-round and
+per-evaluation output for the figures; every run's rounds only with ``--per-run-rounds``.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import numpy as np
 from jfl import checks
 from jfl.cli import Concentrations, Floats, Names
 from jfl.envs.wireless import WirelessEnv
-from jfl.experiments.cocs import HflScenario
+from jfl.experiments.cocs import UTILITY_REDUCTIONS, HflScenario
 from jfl.experiments.common import check_hparams, with_queue_rate
 from jfl.experiments.rbcsf import RbcsfScenario
 from jfl.experiments.regret import check_fairness
+from jfl.experiments.regret_curves import WIRELESS_METRICS
 from jfl.experiments.training import (
     ACCURACY_COLUMNS,
     FederatedTraining,
@@ -33,6 +39,7 @@ from jfl.experiments.training import (
 )
 from jfl.experiments.wireless import Fairness, FairnessPreset, WirelessScenario
 from jfl.policies import get
+from jfl.reduction import Reductions
 from jfl.sweep import Plan, config_table
 from jfl.trackers import QUEUE_RATE, fairness_queue
 
@@ -46,6 +53,10 @@ XIA_FAIRNESS_TRAINING = dataclasses.replace(XIA_TRAINING, eval_every=100)
 FL_FAIRNESS_PRESET = FairnessPreset(N=4)  # Xia Fig. 6: K = 10 on N = 4 channels
 # COCS's policies average uniformly within an edge server (eq. 3), their ``paper`` aggregation.
 QU_TRAINING = FederatedTraining(epochs=2, target_accuracy=0.7, eval_every=10)
+# Beside the accuracy metrics, the metrics each scenario's runs reduce on the device: the
+# wireless sweeps' set reward and failures (no regret benchmark here), COCS's utilities.
+WIRELESS_REDUCTIONS = Reductions(WIRELESS_METRICS)
+HFL_REDUCTIONS = Reductions(UTILITY_REDUCTIONS.metrics)
 
 
 def slots_of(num_clients: int):
@@ -100,6 +111,7 @@ class FlRbcsf(RbcsfScenario):
 
     name: ClassVar[str] = "fl_rbcsf"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    reduces_on_device: ClassVar[bool] = True
     figures = federated_figures("RBCS-F §6.2", ("gamma1", "learning_rate"))
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy gamma1 learning_rate V gamma2".split(),
@@ -203,6 +215,7 @@ class FlCsUcbIdeal(WirelessScenario):
 
     name: ClassVar[str] = "fl_cs_ucb"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    reduces_on_device: ClassVar[bool] = True
     figures = federated_figures("CS-UCB (Xia Fig. 2)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy learning_rate failed_clients".split(),
@@ -219,7 +232,14 @@ class FlCsUcbIdeal(WirelessScenario):
         dataset = self.training.load_data()
         partition = self.training.partition("iid", dataset.y_train, self.clients)
         params = self.wireless_params(availability=1.0)
-        plan = Plan(WirelessEnv(), params, configs, selection_size=self.N, per_run_bytes=0)
+        plan = Plan(
+            WirelessEnv(),
+            params,
+            configs,
+            selection_size=self.N,
+            per_run_bytes=0,
+            reductions=WIRELESS_REDUCTIONS,
+        )
         return self.training.federated_plan(
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
         )
@@ -264,6 +284,7 @@ class FlCsUcbQ(WirelessScenario):
 
     name: ClassVar[str] = "fl_cs_ucb_q"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    reduces_on_device: ClassVar[bool] = True
     figures = federated_figures("CS-UCB-Q (Xia Fig. 6)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy beta learning_rate min_selection_rate max_rate_violation".split(),
@@ -316,6 +337,7 @@ class FlCsUcbQ(WirelessScenario):
             env_hparams=("availability",),
             trackers=(fairness_queue(),),
             finish=finish,
+            reductions=WIRELESS_REDUCTIONS,
         )
         return self.training.federated_plan(
             plan, dataset, [partition], slots_of(self.clients), rounds=self.rounds
@@ -350,6 +372,7 @@ class FlCocs(HflScenario):
 
     name: ClassVar[str] = "fl_cocs"
     trains: ClassVar[bool] = True  # its policies may read the learner's signals
+    reduces_on_device: ClassVar[bool] = True
     figures = federated_figures("COCS (Qu Fig. 4a)")
     summary_columns: ClassVar[tuple[str, ...]] = (
         *"policy budget deadline learning_rate success_per_round".split(),
@@ -379,6 +402,7 @@ class FlCocs(HflScenario):
             per_run_bytes=0,
             per_config={name: configs[name].to_numpy() for name in scenario},
             env_hparams=tuple(scenario),
+            reductions=HFL_REDUCTIONS,
         )
         return self.training.federated_plan(
             plan,

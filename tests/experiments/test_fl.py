@@ -2,7 +2,9 @@
 metrics.
 
 Compilation dominates the cost (each policy compiles a learner), so each experiment runs once on
-tiny settings (module fixtures shared by the output checks); resuming and chunking are the
+tiny settings (module fixtures shared by the output checks), keeping every run's rounds
+(``--per-run-rounds``) beside what it reduced on the device, so that the accuracy metrics reduced
+there are checked against the host's reference on the very runs; resuming and chunking are the
 driver's and are tested in tests/test_driver.py. Bad flags stop before anything compiles, so
 they are covered broadly. FlCocs runs on a tiny fake MNIST written here in the real (gzipped
 IDX) format, which also covers ``--dataset mnist --data-dir``.
@@ -15,11 +17,13 @@ import json
 import math
 import struct
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
 
-from jfl import cli, driver
+from jfl import cli, driver, reduction, sweep
 from jfl.envs.hfl import preset_params
 from jfl.experiments.fl import (
     PAPER_PROTOCOL,
@@ -30,7 +34,7 @@ from jfl.experiments.fl import (
     max_selected,
 )
 from jfl.fl.data import MNIST_FILES
-from jfl.results import load_dataset, run_metrics
+from jfl.results import accuracy_metrics, load_dataset, run_metrics
 from tests.golden import assert_golden_summary, golden_argv
 from tests.helpers import (
     assert_same_configurations,
@@ -85,6 +89,21 @@ def test_help_lists_training_and_scenario_flags(experiment, capsys):
     }
     for flag in ("--dataset", "--data-dir", "--lr", "--eval-every", "--seeds", own[experiment]):
         assert flag in text, flag
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS, ids=lambda e: e.name)
+def test_reduced_on_the_device_keeping_no_run_by_default(experiment):
+    """Every federated experiment reduces its runs on the device, the accuracy metrics among
+    them, and keeps every run's rounds only with --per-run-rounds."""
+    assert experiment.reduces_on_device
+    config = cli.parse(experiment, TINY[experiment])
+    plan = config.plan()
+    grid = sweep.PolicyGrid(plan)
+    names = reduction.run_metric_names(grid.dims, plan.reductions)
+    assert names[:4] == list(reduction.ACCURACY_METRICS)
+    assert driver.ON_DEVICE.per_run(config, grid.dims, plan.trackers) == ()
+    kept = cli.parse(experiment, [*TINY[experiment], "--per-run-rounds"])
+    assert {"accuracy", "wall_clock"} <= set(driver.ON_DEVICE.per_run(kept, grid.dims, ()))
 
 
 COMMON_BAD = [
@@ -330,8 +349,10 @@ def mnist_dir(tmp_path_factory):
 
 
 def _run(name, out, **placeholders):
-    """Run ``name``'s golden flags through the command line, then read back what it wrote."""
-    argv = [*golden_argv(name, **placeholders), "--quiet", "--out", str(out)]
+    """Run ``name``'s golden flags through the command line, every run's rounds kept beside the
+    reductions (``--per-run-rounds``: the summary is the same, tests/test_reduction.py), then
+    read back what it wrote."""
+    argv = [*golden_argv(name, **placeholders), "--quiet", "--per-run-rounds", "--out", str(out)]
     with record_figures() as figures:
         assert cli.main(EXPERIMENTS_BY_NAME[name], argv) == 0
     return {
@@ -435,8 +456,11 @@ def test_outputs_summary_results_metadata_and_figures(run):
     assert json.loads(ds.attrs["metadata"])["config"]["dataset"] == dataset
 
     # One pair of accuracy figures per scenario, each with a band per configuration of it (the
-    # mean over seeds of its accuracy) labelled with its policy; together they show every row.
+    # mean over seeds of its accuracy; drawn from the bands reduced on the device) labelled with
+    # its policy; together they show every row.
     means = ds["accuracy"].mean("seed").to_numpy()
+    mean_clock = ds["wall_clock"].mean("seed").to_numpy()
+    clocks = np.concatenate([np.zeros((rows, 1)), mean_clock], axis=1)[:, EVALS]
     policy = ds["policy"].to_numpy()
     shown = set()
     figures = [f"accuracy_vs_{a}{f'_{s}' if s else ''}" for s in scenarios for a in AGAINST]
@@ -453,6 +477,9 @@ def test_outputs_summary_results_metadata_and_figures(run):
             same = [c for c in range(rows) if np.allclose(band.get_ydata(), means[c])]
             assert any(policy[c] == text.split()[0] for c in same), (name, text, same)
             shown.update(c for c in same if policy[c] == text.split()[0])
+            # Against time, each evaluation at the seed-mean clock of its round (0 at round 0).
+            x = EVALS if "round" in name else [clocks[c] for c in same]
+            assert any(np.allclose(band.get_xdata(), a, rtol=1e-6) for a in np.atleast_2d(x))
     assert shown == set(range(rows))
 
 
@@ -482,7 +509,7 @@ def test_configuration_results_do_not_depend_on_the_rest_of_the_sweep(run, tmp_p
     configurations (docs/decisions.md#federated-chunks)."""
     fixture, run = run
     name = RUNS[fixture][0]
-    argv = [*golden_argv(name, mnist_dir=str(mnist_dir)), *RECOMPOSED[fixture]]
+    argv = [*golden_argv(name, mnist_dir=str(mnist_dir)), *RECOMPOSED[fixture], "--per-run-rounds"]
     out = tmp_path / "recomposed"
     assert (
         cli.main(EXPERIMENTS_BY_NAME[name], [*argv, "--quiet", "--no-plots", "--out", str(out)])
@@ -581,17 +608,23 @@ def test_fl_cs_ucb_ideal_runs_end_to_end(ideal_run):
     assert summary["final_accuracy"].between(0, 1).all()
     assert metadata["config"]["experiment"] == "fl_cs_ucb"
     assert metadata["config"]["local_steps"] == 1 and metadata["config"]["batch_size"] == 2
+    # Reduced on the device: with --trajectories (and not --per-run-rounds) every run's
+    # selections are kept, not its per-round values, which have their bands.
+    for name in ("accuracy", "wall_clock", "round_time", "num_selected", "num_failed"):
+        assert name not in ds and f"{name}_band" in ds, name
     # The ideal scenario: every client available, so N = 2 selected every round; digits' 1437
     # training samples split equally (to one sample).
     assert ds["selected"].shape == (2, 2, ROUNDS, 6)
-    assert (ds["selected"].sum("client") == 2).all() and (ds["num_selected"] == 2).all()
+    assert (ds["selected"].sum("client") == 2).all()
+    selected = ds["num_selected_band"]
+    assert (selected.sel(stat="mean") == 2).all() and (selected.sel(stat="var") == 0).all()
     sizes = ds["data_size"].to_numpy()
     assert sizes.sum() == 1437 and sizes.max() - sizes.min() <= 1
-    assert ds["accuracy"].shape == (2, 2, len(EVALS))
+    assert ds["accuracy_band"].shape == (2, 2, len(EVALS))
     assert (ds["untrained"] == 0).all()
-    np.testing.assert_allclose(
-        summary["failed_clients"], ds["num_failed"].sum("round").mean("seed"), rtol=1e-6
-    )
+    failed = ds["num_failed_band"].sel(stat="mean").sum("round")  # mean over seeds of Σ_t
+    np.testing.assert_allclose(summary["failed_clients"], failed, rtol=1e-6)
+    np.testing.assert_allclose(summary["failed_clients"], ds["failed_clients"].mean("seed"))
 
 
 # --------------------------------------------------------------------------- accuracy metrics
@@ -676,6 +709,77 @@ def test_unreachable_target_gives_nan_rounds_and_zero_reached(cs_ucb_q_run, rbcs
     assert bool(np.isnan(metrics["rounds_to_accuracy"]).all())
     assert bool(np.isnan(metrics["time_to_accuracy"]).all())
     assert (metrics["reached_accuracy"] == 0).all()
+
+
+def test_accuracy_metrics_reduced_on_the_device_are_the_hosts(run):
+    """Every run's accuracy metrics as the sweep reduced them on the device equal the host's
+    reference (``jfl.results.accuracy_metrics``) on the same runs' kept rounds: the same float32
+    accuracy and clock values picked at the same evaluation, NaN where the target is never
+    reached (``fl_cs_ucb_q``'s target of 1)."""
+    _, run = run
+    ds, summary = run["ds"], run["summary"]
+    host = accuracy_metrics(ds)
+    assert list(host) == list(reduction.ACCURACY_METRICS)
+    for name, expected in host.items():
+        got = ds[name].transpose("config", "seed").to_numpy()
+        assert got.dtype == np.float32, name
+        expected = expected.transpose("config", "seed").to_numpy()
+        np.testing.assert_array_equal(got, expected.astype(np.float32), err_msg=name)
+    # The summary's accuracy columns lead its metrics, as on the host.
+    metrics = [c for c in summary.columns if c.endswith("_lo")]
+    assert [c.removesuffix("_lo") for c in metrics[:4]] == list(reduction.ACCURACY_METRICS)
+
+
+def _device_accuracy(ds, target: float) -> dict[str, np.ndarray]:
+    """``jfl.reduction.accuracy_metrics(target)`` of every run of ``ds`` (its kept rounds), as
+    the device computes them: [config, seed] each."""
+    metrics = reduction.accuracy_metrics(target)
+    rounds = ds.sizes["round"]
+
+    def per_run(accuracy, wall_clock):
+        outputs = {"accuracy": accuracy, "wall_clock": wall_clock}
+        run = reduction.RunView(outputs, {}, rounds, "queue_rate")
+        return {name: metric.fn(run) for name, metric in metrics.items()}
+
+    accuracy = ds["accuracy"].transpose("config", "seed", "eval").to_numpy()
+    wall_clock = ds["wall_clock"].transpose("config", "seed", "round").to_numpy()
+    values = jax.jit(jax.vmap(jax.vmap(per_run)))(jnp.asarray(accuracy), jnp.asarray(wall_clock))
+    return {name: np.asarray(value) for name, value in values.items()}
+
+
+# Targets on the runs' own accuracies [config, seed, eval]: reached at round 0 by the runs whose
+# initial model is at least as accurate as the median's (time 0), equal to an accuracy that
+# some run reaches (≥ counts it), between the runs' best (some runs never reach it: NaN), and
+# reached by none.
+TARGETS = {
+    "round 0": lambda accuracy: np.median(accuracy[..., 0]),
+    "equal": lambda accuracy: accuracy[0, 0, 1],
+    "between": lambda accuracy: (accuracy.max(-1).min() + accuracy.max(-1).max()) / 2,
+    "never": lambda accuracy: 1.0,
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_accuracy_metrics_on_the_device_at_other_targets(rbcsf_run, target):
+    """The device's accuracy metrics against other targets on the same runs equal the host's:
+    a target reached at round 0 (time 0), one equal to an accuracy, one some runs never reach
+    (censored: NaN rounds and time), one none reaches."""
+    ds = rbcsf_run["ds"].copy()
+    value = float(TARGETS[target](ds["accuracy"].to_numpy()))
+    ds.attrs["target_accuracy"] = value
+    host = {k: v.transpose("config", "seed").to_numpy() for k, v in accuracy_metrics(ds).items()}
+    device = _device_accuracy(ds, value)
+    for name in reduction.ACCURACY_METRICS:
+        np.testing.assert_array_equal(device[name], host[name].astype(np.float32), err_msg=name)
+    rounds, reached = device["rounds_to_accuracy"], device["reached_accuracy"]
+    if target == "round 0":
+        assert (rounds == 0).any() and (device["time_to_accuracy"][rounds == 0] == 0).all()
+        assert (rounds > 0).any() or np.isnan(rounds).any()
+    if target in ("between", "never"):
+        assert np.isnan(rounds[reached == 0]).all() and (reached == 0).any()
+        assert np.isnan(device["time_to_accuracy"][reached == 0]).all()
+    if target == "never":
+        assert (reached == 0).all()
 
 
 # --------------------------------------------------------------------------- fairness metrics
