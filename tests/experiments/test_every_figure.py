@@ -40,6 +40,7 @@ from jfl.experiments import (
 )
 from jfl.experiments.cocs import utility_metrics
 from jfl.experiments.common import with_queue_rate
+from jfl.experiments.regret_curves import regret_metrics
 from jfl.experiments.wireless import add_scenario, add_scenario_vectors
 from jfl.sweep import config_table
 from tests.experiments.test_figures import reduced
@@ -94,11 +95,15 @@ def v_beta_grid(grid):
 
 
 def regret_sweep(config, configs, starved=()):
-    """A CS-UCB-family sweep with its regret benchmark (``regret_plan``'s ``finish``); the
+    """A CS-UCB-family sweep with its regret benchmark (``regret_plan``'s ``finish``), reduced
+    as on the device (``as_reduced``): the regret metrics (``regret_metrics``, the device's from
+    every run's rounds; the gaps derived as the driver derives them) and the bands of the
+    pseudo- and realised regrets, the failed clients and Fig. 5's selection fractions; the
     configurations ``starved`` never select anyone (no guaranteed rate met: rounds_to_target
     censored)."""
     rng = np.random.default_rng(1)
-    ds = runs(configs, config.clients, {**WIRELESS, **QUEUE}, trajectories=config.trajectories)
+    fig5 = isinstance(config, CsUcbQFairness)  # its runs record selections for Fig. 5's band
+    ds = runs(configs, config.clients, {**WIRELESS, **QUEUE}, trajectories=fig5)
     ds["selection_count"][list(starved)] = 0
     ds["last_unmet_round"][list(starved)] = ROUNDS  # unmet to the last round
     fairness, availability = config.fairness_vectors(configs)
@@ -106,7 +111,17 @@ def regret_sweep(config, configs, starved=()):
     mu = rng.random((SEEDS, config.clients))
     ds = add_scenario(ds, fairness=fairness, availability=availability, benchmark=benchmark,
                       mu=mu, tau_max=config.tau_max)  # fmt: skip
-    return summarised(config, ds)
+    metrics = results.run_metrics(ds, regret_metrics)
+    metrics = metrics.drop_vars(["cumulative_gap", "average_gap", "realised_gap"])
+    metrics = metrics.rename(mean_set_reward="average_set_reward")
+    realised = ds["round"] * ds["benchmark_reward"] - ds["set_reward"].cumsum("round")
+    curves = {"realised_regret_t": realised, "failed_clients_t": ds["num_failed"].cumsum("round")}
+    if fig5:
+        curves["selection_fraction"] = results.running_selection_fraction(ds)
+        ds = ds.drop_vars("selected")
+    ds = as_reduced(ds.assign(metrics), curves)
+    ds = ds.assign(config.metrics(ds))
+    return config, ds, results.summary_table(ds, [*metrics.data_vars, *config.metrics(ds)])
 
 
 def planned(config, outputs, **options):
