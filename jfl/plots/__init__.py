@@ -32,55 +32,52 @@ legend entry, marked "(no finite values)", and an axes where no line could be dr
 
 from __future__ import annotations
 
-from jfl.plots.bands import (
-    INTERVAL_NAMES,
-    ISOLATED_NOTE,
-    NO_FINITE_LABEL,
-    NO_FINITE_NOTE,
-    band,
-    band_from_stats,
-    band_title,
-    has_runs,
-    mark_nonfinite,
-    seed_band,
-)
-from jfl.plots.figure import (
-    DPI,
-    fit_texts,
-    legend_size,
-    line_figure,
-    outside_legend,
-    save,
-)
-from jfl.plots.lines import (
-    EVALUATION_LABELS,
-    plot_accuracy,
-    plot_over_rounds,
-    plot_pull_record,
-    plot_selection_fraction,
-)
-from jfl.plots.style import (
-    MAX_LINES,
-    PALETTE,
-    VARIANT_HATCHES,
-    VARIANT_SHADES,
-    VARIANT_STYLES,
-    bar_styles,
-    config_label,
-    format_values,
-    line_styles,
-    palette_color,
-    panel_groups,
-    policy_colors,
-    symbol,
-    varying_hparams,
-)
-from jfl.plots.summary import (
-    averaged_columns,
-    plot_heatmap,
-    plot_metric_vs,
-    swept_scale,
-)
+import importlib
+
+# Every public name by the submodule that defines it; each loads on first use, so that a sweep
+# that draws no figure (``--no-plots``) never imports matplotlib, and plotting a stored
+# results.nc needs no JAX (``jfl.results`` loads on use too).
+_NAMES = {
+    "INTERVAL_NAMES": "bands",
+    "ISOLATED_NOTE": "bands",
+    "NO_FINITE_LABEL": "bands",
+    "NO_FINITE_NOTE": "bands",
+    "band": "bands",
+    "band_from_stats": "bands",
+    "band_title": "bands",
+    "has_runs": "bands",
+    "mark_nonfinite": "bands",
+    "seed_band": "bands",
+    "DPI": "figure",
+    "fit_texts": "figure",
+    "legend_size": "figure",
+    "line_figure": "figure",
+    "outside_legend": "figure",
+    "save": "figure",
+    "EVALUATION_LABELS": "lines",
+    "plot_accuracy": "lines",
+    "plot_over_rounds": "lines",
+    "plot_pull_record": "lines",
+    "plot_selection_fraction": "lines",
+    "MAX_LINES": "style",
+    "PALETTE": "style",
+    "VARIANT_HATCHES": "style",
+    "VARIANT_SHADES": "style",
+    "VARIANT_STYLES": "style",
+    "bar_styles": "style",
+    "config_label": "style",
+    "format_values": "style",
+    "line_styles": "style",
+    "palette_color": "style",
+    "panel_groups": "style",
+    "policy_colors": "style",
+    "symbol": "style",
+    "varying_hparams": "style",
+    "averaged_columns": "summary",
+    "plot_heatmap": "summary",
+    "plot_metric_vs": "summary",
+    "swept_scale": "summary",
+}
 
 __all__ = [
     "DPI",
@@ -123,3 +120,15 @@ __all__ = [
     "symbol",
     "varying_hparams",
 ]
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f"jfl.plots.{_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'jfl.plots' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
