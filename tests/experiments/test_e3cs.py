@@ -51,17 +51,17 @@ def test_configurations_add_e3cs_inc_after_the_e3cs_rows():
 
 @pytest.fixture(scope="module")
 def every_run(tiny):
-    """The tiny sweep's runs again (the same programs: its chunk size), through
-    ``run_policy_grid``: every run's outputs labelled (on the host), and as reduced on the
-    device."""
-    _, out = tiny
-    config = cli.parse(E3csClasses, [*RUN, "--out", str(out)], prog="e3cs_classes")
+    """The tiny sweep's runs again through ``run_policy_grid`` (the same programs: its chunk
+    size), every run's outputs labelled on the host; and the sweep's own dataset, what it
+    reduced on the device: per-run metrics and bands ``[config, ...]``."""
+    result, out = tiny
+    config = result.experiment
     plan = config.plan()
     seeds = np.arange(config.seeds)
     chunk = json.loads((out / "manifest.json").read_text())["chunk_configs"]
     options = {"rounds": config.rounds, "seeds": seeds, "chunk_size": chunk}
     outputs = sweep.run_policy_grid(plan, show_progress=False, **options)
-    reduced = sweep.run_policy_grid(plan, show_progress=False, on_device=True, **options)
+    reduced = result.dataset.transpose("config", ...)
     return config, results.to_dataset(outputs, plan.configs, seeds), reduced
 
 
@@ -76,18 +76,19 @@ def test_class_metrics_reduced_on_the_device_are_the_hosts(every_run, tiny):
     assert len(host) == 3 + len(config.success_rates)
     for name, expected in host.items():
         expected = expected.transpose("config", "seed").to_numpy()
-        np.testing.assert_allclose(reduced[name], expected, rtol=2 * F32, err_msg=name)
+        got = reduced[name].transpose("config", "seed").to_numpy()
+        np.testing.assert_allclose(got, expected, rtol=2 * F32, err_msg=name)
     np.testing.assert_array_equal(
         reduced["effective_participation"], host["effective_participation"]
     )
     running = ds["num_success"].cumsum("round").astype(float).to_numpy()  # [config, seed, round]
-    band = reduced["cumulative_success_band"]  # [config, stat, round]
+    band = reduced["cumulative_success_band"].to_numpy()  # [config, stat, round]
     np.testing.assert_allclose(band[:, 0], running.mean(1), rtol=4 * F32)
     scale = 16 * F32 * running.max() ** 2  # the two-pass variance's float32 error
     np.testing.assert_allclose(band[:, 1], running.var(1, ddof=1), rtol=16 * F32, atol=scale)
     summary = pd.read_csv(tiny[1] / "summary.csv")
     for name in host:
-        np.testing.assert_allclose(summary[name], reduced[name].mean(1), rtol=2 * F32)
+        np.testing.assert_allclose(summary[name], reduced[name].mean("seed"), rtol=2 * F32)
 
 
 def test_tiny_run_writes_its_metrics_and_figures(tiny, every_run, tmp_path):
