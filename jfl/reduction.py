@@ -15,6 +15,13 @@ and inside the compiled sweep, to one configuration's seeds (``jfl.runner.make_b
 * optionally the **per-run** values themselves (``keep``: ``--per-run-rounds``,
   ``--trajectories``), which the sweep writes out chunk by chunk.
 
+A run may also read, on its own seed, the outputs of the configuration it is paired with (its
+*reference*: ``jfl.sweep.Plan.reference``, ``RunView.reference``), so that a metric or a curve
+of a difference (a regret against a benchmark configuration of the same sweep) is paired by
+seed on the device. The sweep computes the reference rows' outputs first, as one table shared by
+every chunk (``reference`` in ``make_reducer``'s ``reduce``), and each configuration reads its
+row of it by a hyperparameter of its own (``REFERENCE``).
+
 Every sum goes through the elementwise reductions of ``jfl.kernels.reduce``, and the reducer is
 a program of its own that reads the runs' outputs on the device (fused into the runs' program,
 XLA:CPU computed some sums differently for other numbers of configurations), so a
@@ -30,6 +37,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
@@ -49,6 +57,31 @@ class RunView(NamedTuple):
     hparams: Mapping[str, jax.Array]  # its configuration's, and its own seed's row of per-seed ones
     num_rounds: int
     rate: str  # the hyperparameter holding the fairness queue's rate
+    # Its reference configuration's outputs on the same seed (``Reference.outputs``), NaN for a
+    # configuration without one; empty where the sweep pairs nothing.
+    reference: Mapping[str, jax.Array] = {}
+
+
+# The per-configuration hyperparameter that holds the row of its reference configuration in the
+# reference table (-1: none); the reducer reads it, the runs do not.
+REFERENCE = "reference_row"
+
+
+class Reference(NamedTuple):
+    """The configurations a sweep pairs each configuration with, by seed (``jfl.sweep.Plan``).
+
+    ``rows`` [config]: the row of each configuration's reference configuration in the table of
+    configurations, -1 for none; ``outputs``: the (floating-point) outputs of the reference that
+    each run reads for its own seed (``RunView.reference``), in a sweep reduced on the device
+    (common random numbers give every configuration's seed the same key, so for an environment
+    whose states do not depend on the actions the pairing is by the same draws). The reference
+    rows run first (a table [reference row, seed, ...] of those outputs, shared by every
+    chunk), so memory holds one row per reference configuration, however many configurations
+    read it.
+    """
+
+    rows: np.ndarray
+    outputs: tuple[str, ...]
 
 
 class RunMetric(NamedTuple):
@@ -219,14 +252,19 @@ def make_reducer(
     rate: str = QUEUE_RATE,
     extra: Reductions = NO_REDUCTIONS,
 ):
-    """``reduce(outputs, hparams, seeded) -> {name: array}`` for one configuration's seeds.
+    """``reduce(outputs, hparams, seeded, reference) -> {name: array}`` for one configuration's
+    seeds.
 
     ``outputs`` are ``RunOutput.arrays()`` with a leading seed axis; ``hparams`` are the
     configuration's hyperparameters without a seed axis, ``seeded`` those with one (each run
-    reads its own row: a benchmark that depends on the seed's client layout, say). ``keep``
-    names outputs returned per run as well. ``rate`` names the hyperparameter that the fairness
-    queue reads (its ``fairness_queue(rate)``); ``extra`` adds an experiment's own metrics and
-    curves. ``reduced_dims(dims, keep, extra)`` gives every returned name's dims.
+    reads its own row: a benchmark that depends on the seed's client layout, say).
+    ``reference`` is the sweep's reference table ``{output: [reference row, seed, ...]}``,
+    shared by every configuration (``Reference``), of which each configuration reads the row
+    its hyperparameter ``REFERENCE`` names and each run that row's own seed
+    (``RunView.reference``; NaN for a row of -1). ``keep`` names outputs returned per run as
+    well. ``rate`` names the hyperparameter that the fairness queue reads (its
+    ``fairness_queue(rate)``); ``extra`` adds an experiment's own metrics and curves.
+    ``reduced_dims(dims, keep, extra)`` gives every returned name's dims.
     """
     unknown = [name for name in keep if name not in dims]
     if unknown:
@@ -235,15 +273,18 @@ def make_reducer(
     banded = [band.removesuffix("_band") for band in band_dims(dims, extra)]
     run_metrics, run_curves = _run_metrics(dims, extra), _curves(dims, extra)
 
-    def per_run(outputs, hparams, seeded):
-        run = RunView(outputs, {**hparams, **seeded}, num_rounds, rate)
+    def per_run(outputs, hparams, seeded, paired):
+        run = RunView(outputs, {**hparams, **seeded}, num_rounds, rate, paired)
         metrics = {name: m.fn(run).astype(jnp.float32) for name, m in run_metrics.items()}
         curves = {name: curve.fn(run).astype(jnp.float32) for name, curve in run_curves.items()}
         return metrics, curves
 
-    def reduce(outputs, hparams, seeded=None):
-        over_seeds = jax.vmap(per_run, in_axes=(0, None, 0))
-        metrics, curves = over_seeds(dict(outputs), dict(hparams), dict(seeded or {}))
+    def reduce(outputs, hparams, seeded=None, reference=None):
+        hparams = dict(hparams)
+        row = hparams.pop(REFERENCE, None)
+        paired = _reference_rows(reference or {}, row)
+        over_seeds = jax.vmap(per_run, in_axes=(0, None, 0, 0))
+        metrics, curves = over_seeds(dict(outputs), hparams, dict(seeded or {}), paired)
         reduced = {**metrics, **{name: outputs[name] for name in scalars}}
         series = {**outputs, **curves}
         for name in banded:
@@ -252,6 +293,24 @@ def make_reducer(
         return reduced
 
     return reduce
+
+
+def _reference_rows(table: Mapping[str, jax.Array], row) -> dict[str, jax.Array]:
+    """One configuration's row ``[seed, ...]`` of each output of the reference ``table``
+    (``[reference row, seed, ...]``), NaN where ``row`` is -1 (or the table has no row)."""
+    if not table:
+        return {}
+    if row is None:
+        raise ValueError(f"a reference table needs each configuration's row ({REFERENCE!r})")
+    paired = {}
+    for name, values in table.items():
+        if values.shape[0] == 0:
+            dtype = jnp.promote_types(values.dtype, jnp.float32)
+            paired[name] = jnp.full(values.shape[1:], jnp.nan, dtype)
+            continue
+        own = values[jnp.maximum(row, 0)]  # a copy: no arithmetic, the same bits in any batch
+        paired[name] = jnp.where(row >= 0, own, jnp.nan)
+    return paired
 
 
 # --------------------------------------------------------------------------- federated accuracy

@@ -412,7 +412,14 @@ def _round_metrics(env: Environment, feedback, num_clients: int) -> dict[str, ja
     return {name: values[name] for name in env.round_metrics}
 
 
-def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=None, params=None):
+def make_batched_run(
+    run,
+    data=None,
+    seed_hparams: tuple[str, ...] = (),
+    reduce=None,
+    params=None,
+    reducer_hparams: tuple[str, ...] = (),
+):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
     Signature of the result: ``(keys[S], hparams{name: [C]}, num_configs=None) -> RunOutput`` with
@@ -427,12 +434,17 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
     S, ...]``): each run reads its own seed's row, for values that depend on the seed, such as the
     mean rewards of the seed's client layout.
 
-    With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead the dict that
-    ``reduce(outputs[S, ...], hparams, seeded)`` returns for each configuration (``seeded``: the
-    ``seed_hparams``, with their seed axis), with a leading axis
-    ``[C]``: the reduction runs on the device, on the outputs the runs left there, and only its
-    (small) outputs leave it. It is a program of its own: fused into the runs' program, XLA
-    would compute some of its sums differently for different numbers of configurations.
+    With ``reduce`` (``jfl.reduction.make_reducer``) the result is instead
+    ``(keys, hparams, num_configs=None, reference=None) -> dict``: what
+    ``reduce(outputs[S, ...], hparams, seeded, reference)`` returns for each configuration
+    (``seeded``: the ``seed_hparams``, with their seed axis; ``reference``: the reference table,
+    one for every configuration, ``jfl.reduction.Reference``), with a leading axis ``[C]``: the
+    reduction runs on the device, on the outputs the runs left there, and only its (small)
+    outputs leave it. The hyperparameters named in ``reducer_hparams`` go to the reduction only,
+    not to the runs. It is a program of its own: fused into the runs' program, XLA would compute
+    some of its sums differently for different numbers of configurations. Its ``runs`` attribute
+    is the runs' program alone (the function above, the same compiled program), which the sweep
+    uses to compute the reference table.
     """
 
     def over_seeds(keys, hparams, data, params):
@@ -450,14 +462,17 @@ def make_batched_run(run, data=None, seed_hparams: tuple[str, ...] = (), reduce=
 
     if reduce is None:
         return batched
-    reduce_configs = jax.jit(jax.vmap(reduce))
+    # The reference table is the same for every configuration (not vmapped).
+    reduce_configs = jax.jit(jax.vmap(reduce, in_axes=(0, 0, 0, None)))
 
-    def run_and_reduce(keys, hparams, num_configs=None):
-        outputs = batched(keys, hparams, num_configs)
+    def run_and_reduce(keys, hparams, num_configs=None, reference=None):
+        own = {k: v for k, v in hparams.items() if k not in reducer_hparams}
+        outputs = batched(keys, own, _num_configs(hparams, num_configs))
         shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
         seeded = {k: hparams[k] for k in seed_hparams}
-        return reduce_configs(outputs.arrays(), shared, seeded)
+        return reduce_configs(outputs.arrays(), shared, seeded, dict(reference or {}))
 
+    run_and_reduce.runs = batched
     return run_and_reduce
 
 

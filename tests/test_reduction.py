@@ -28,6 +28,7 @@ from scipy import stats as sps
 from jfl import compilation_cache, driver, provenance, reduction, sweep
 from jfl.cli import parse
 from jfl.experiments import VBetaGrid
+from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
 from jfl.outputs import output_dims
 from jfl.results import load_dataset
 from jfl.runner import make_batched_run, make_run, seed_keys
@@ -155,6 +156,50 @@ def test_an_experiments_own_reductions_read_each_runs_seed(rbcsf_runs):
         assert_band(reduced["shifted_time_band"][c], shifted, "shifted")
     for name in reduced:
         np.testing.assert_array_equal(chunked[1][name], reduced[name], err_msg=name)
+
+
+def test_a_run_reads_its_reference_row_on_its_own_seed(rbcsf_runs):
+    """A reference table shared by every configuration (``reduce``'s ``reference``, not per
+    configuration): each configuration reads the row its ``REFERENCE`` hyperparameter names,
+    each run that row's own seed (-1: NaN), so a paired difference equals NumPy's on every
+    run's outputs; a configuration's numbers are the same alone as among the others, bit for
+    bit."""
+    full, _, _, dims = rbcsf_runs
+    dims = {name: dims[name] for name in ("round_time", "num_selected", "selection_count")}
+    times = np.asarray(full["round_time"])  # [config, seed, round]
+    table = {"round_time": jnp.asarray(times[[1, 3]])}  # the reference rows 1 and 3
+    rows = np.array([1, -1, 0, 1], np.int32)  # their places in the table
+    paired = reduction.Curve(
+        ("round",),
+        lambda r: doubling_cumsum(r.reference["round_time"] - r.outputs["round_time"]),
+    )
+    total = reduction.RunMetric(
+        (), lambda r: pairwise_sum(r.reference["round_time"] - r.outputs["round_time"])
+    )
+    extra = reduction.Reductions(metrics={"total": total}, curves={"paired": paired})
+    reduce = jax.jit(
+        jax.vmap(
+            reduction.make_reducer(dims, 20, rate="beta", extra=extra), in_axes=(0, 0, 0, None)
+        )
+    )
+    arrays = {name: jnp.asarray(full[name]) for name in dims}
+    hparams = {"beta": jnp.zeros(4), reduction.REFERENCE: jnp.asarray(rows)}
+    together = reduce(arrays, hparams, {}, table)
+    reference = np.asarray(times, float)[[3, 3, 1, 3]]  # by hand; row 1 has none
+    for c in (0, 2, 3):
+        difference = reference[c] - np.asarray(times[c], float)
+        assert_band(together["paired_band"][c], np.cumsum(difference, -1), f"paired {c}")
+        np.testing.assert_allclose(together["total"][c], difference.sum(-1), atol=RTOL * 20)
+    assert np.isnan(together["paired_band"][1]).all() and np.isnan(together["total"][1]).all()
+    for c in range(4):
+        alone = reduce(
+            {k: v[c : c + 1] for k, v in arrays.items()},
+            {k: v[c : c + 1] for k, v in hparams.items()},
+            {},
+            table,
+        )
+        for name in together:
+            np.testing.assert_array_equal(alone[name][0], together[name][c], err_msg=name)
 
 
 def test_device_metrics_and_bands_equal_numpy(rbcsf_runs):
@@ -327,6 +372,7 @@ import json, sys
 from jfl import driver
 from jfl.cli import parse
 from jfl.experiments import VBetaGrid
+from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
 argv = ["--policies", "random", "--seeds", "2", "--rounds", "5", "--clients", "4", "--m", "2",
         "--quiet", "--no-plots", "--overwrite", "--out", sys.argv[1]]
 result = driver.run(parse(VBetaGrid, argv))

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from jfl.policies import get as get_policy
-from jfl.reduction import NO_REDUCTIONS, Reductions
+from jfl.reduction import NO_REDUCTIONS, Reductions, Reference
 
 
 def config_table(
@@ -143,4 +143,7 @@ class Plan:
     # Whether the runs record the trajectories (selections, queues) for those reductions even
     # where they are not kept per run (--trajectories).
     trajectories: bool = False
+    # The configuration each configuration is paired with by seed in those reductions, and the
+    # outputs its runs read of it (RunView.reference); None: none.
+    reference: Reference | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)

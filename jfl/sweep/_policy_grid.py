@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 from tqdm import tqdm  # plain: tqdm.auto's notebook widget needs ipywidgets, else it warns
 
 from jfl.distributed import SINGLE, Layout
 from jfl.outputs import Metric, Outputs, learner_outputs, output_metrics
 from jfl.policies import get as get_policy
-from jfl.reduction import make_reducer
+from jfl.reduction import REFERENCE, make_reducer
 from jfl.runner import make_batched_run, make_run, seed_keys
-from jfl.sweep._chunks import group_chunk_size
+from jfl.sweep._chunks import balanced_chunk_size, group_chunk_size
 from jfl.sweep._directory import ChunkStore
 from jfl.sweep._execution import run_chunked
 from jfl.sweep._grid import (
@@ -54,6 +56,7 @@ class PolicyGrid:
         )
         self.dims = {name: tuple(metric.dims) for name, metric in self.metrics.items()}
         self.exact = plan.learner is not None and not self.learners[0].batch_invariant
+        self.reference_rows = self._checked_reference()
 
     def reduced_declarations(self) -> dict[str, Metric]:
         """The declarations of what a reduction on the device returns beside the runs' own
@@ -62,6 +65,27 @@ class PolicyGrid:
         declared = {n: Metric(("seed",), "", m.bounds) for n, m in extra.metrics.items()}
         declared.update({n: Metric(c.dims, "", c.bounds) for n, c in extra.curves.items()})
         return declared
+
+    def _checked_reference(self) -> np.ndarray | None:
+        """The plan's reference rows [config] (``jfl.reduction.Reference``), checked."""
+        reference = self.plan.reference
+        if reference is None:
+            return None
+        count = len(self.plan.configs)
+        rows = np.asarray(reference.rows)
+        if rows.shape != (count,) or not np.issubdtype(rows.dtype, np.integer):
+            raise ValueError(
+                f"reference rows: {count} integers needed, got {rows.dtype} {rows.shape}"
+            )
+        if ((rows < -1) | (rows >= count)).any():
+            raise ValueError(f"reference rows must be -1 or rows of the table [0, {count})")
+        unknown = [name for name in reference.outputs if name not in self.dims]
+        if unknown or not reference.outputs:
+            raise ValueError(
+                f"reference outputs {list(reference.outputs)}: name the runs' outputs, among "
+                f"{sorted(self.dims)}"
+            )
+        return rows
 
     def _checked_learner(self, group: Group):
         name, size = self._policy(group)
@@ -93,9 +117,11 @@ class PolicyGrid:
         ``on_device``: the runs are reduced on the device (``jfl.reduction``): the outputs are
         the per-run metrics [config, seed] and the bands over seeds [config, ...] that
         ``jfl.reduction.reduced_dims`` lists, and the outputs named in ``per_run``, which go to
-        ``store`` chunk by chunk instead of being returned where there is a store. ``layout``
-        shares the chunks among the processes of a distributed sweep (``jfl.distributed``);
-        every process returns all outputs.
+        ``store`` chunk by chunk instead of being returned where there is a store. With a
+        ``plan.reference`` (``jfl.reduction.Reference``) the reference rows run first, into a
+        table that every chunk's reduction reads (:meth:`_reference_table`). ``layout`` shares
+        the chunks among the processes of a distributed sweep (``jfl.distributed``); every
+        process returns all outputs.
         """
         plan = self.plan
         per_config, per_seed = checked_arrays(
@@ -103,21 +129,31 @@ class PolicyGrid:
         )
         reducer = self._reducer(rounds, per_run) if on_device else None
         keys = seed_keys(base_seed, seeds)
+        programs = [
+            self._batched(*self._policy(group), learner, rounds, reducer, tuple(per_seed))
+            for group, learner in zip(self.groups, self.learners, strict=True)
+        ]
+        sizes = [self._chunk_configs(group, chunk_size) for group in self.groups]
+        reference = None
+        if on_device and self.reference_rows is not None:
+            arrays = (keys, per_config, per_seed)
+            reference, rows = self._reference_table(programs, sizes, *arrays)
         outputs = []
         bar = tqdm(total=len(plan.configs), unit="config", disable=not show_progress, desc="sweep")
         try:
-            for group, learner in zip(self.groups, self.learners, strict=True):
-                name, size = self._policy(group)
+            for group, program, size in zip(self.groups, programs, sizes, strict=True):
                 hparams = self._hparams(group, per_config, per_seed)
-                bar.set_postfix_str(name)
-                batched = self._batched(name, size, learner, rounds, reducer, tuple(per_seed))
+                bar.set_postfix_str(self._policy(group)[0])
+                if reference is not None:  # the table shared, each configuration's row its own
+                    hparams[REFERENCE] = rows[group.start : group.stop]
+                    program = functools.partial(program, reference=reference)
                 count = group.stop - group.start
                 outputs.append(
                     run_chunked(
-                        batched,
+                        program,
                         keys,
                         hparams,
-                        group_chunk_size(chunk_size, count, self.exact),
+                        size,
                         num_configs=count,
                         exact=self.exact,
                         store=store,
@@ -133,6 +169,45 @@ class PolicyGrid:
         if len(outputs) > 1:
             outputs = [{k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}]
         return Outputs(outputs[0], self.metrics)
+
+    def _chunk_configs(self, group: Group, chunk_size: int) -> int:
+        """The group's largest chunk (``run_chunked`` computes every chunk at its balanced
+        size)."""
+        return group_chunk_size(chunk_size, group.stop - group.start, self.exact)
+
+    def _reference_table(self, programs, sizes, keys, per_config, per_seed):
+        """The reference rows' outputs ``{output: [reference row, seed, ...]}`` (in the order
+        of the rows) and each configuration's row in it ([config], -1 for none).
+
+        Computed by each group's own runs' program (``make_batched_run``'s ``runs``: no
+        compilation of its own) at the chunk size of the group's chunks, so each row's values
+        are those of its own runs in the sweep; a learner that is not batch invariant computes
+        each row alone (its chunk padded with copies of it), so that the table does not depend
+        on which other reference rows the sweep has. Every process computes it (no store).
+        """
+        names = tuple(self.plan.reference.outputs)
+        rows = np.unique(self.reference_rows[self.reference_rows >= 0])
+        tables = []
+        for group, program, size in zip(self.groups, programs, sizes, strict=True):
+            own = rows[(rows >= group.start) & (rows < group.stop)]
+            if not len(own):
+                continue
+            hparams = self._hparams(group, per_config, per_seed)
+            count, devices = group.stop - group.start, jax.local_device_count()
+            chunk = balanced_chunk_size(count, size, devices, self.exact)  # the group's chunks'
+
+            def selected(keys, hparams, num_configs=None, runs=program.runs):
+                arrays = runs(keys, hparams, num_configs).arrays()
+                return {name: arrays[name] for name in names}
+
+            for batch in [[r] for r in own] if self.exact else [own]:
+                picked = {k: v[np.asarray(batch) - group.start] for k, v in hparams.items()}
+                tables.append(
+                    run_chunked(selected, keys, picked, chunk, num_configs=len(batch), exact=True)
+                )
+        table = {name: np.concatenate([t[name] for t in tables]) for name in names}
+        index = np.searchsorted(rows, self.reference_rows).astype(np.int32)
+        return table, np.where(self.reference_rows >= 0, index, -1).astype(np.int32)
 
     def _hparams(self, group: Group, per_config, per_seed) -> dict[str, np.ndarray]:
         """The group's hyperparameters: its policy's (defaults, fixed, swept), then its rows of
@@ -151,6 +226,7 @@ class PolicyGrid:
         )
 
     def _batched(self, name, size, learner, rounds, reducer, seed_hparams):
+        """The group's program: its runs, reduced by ``reducer`` when there is one."""
         plan = self.plan
         run = make_run(
             plan.env,
@@ -165,7 +241,12 @@ class PolicyGrid:
         )
         # The environment's parameters are an argument of the program: traced, not constants.
         return make_batched_run(
-            run, plan.data, seed_hparams=seed_hparams, reduce=reducer, params=plan.env_params
+            run,
+            plan.data,
+            seed_hparams=seed_hparams,
+            reduce=reducer,
+            params=plan.env_params,
+            reducer_hparams=(REFERENCE,),
         )
 
 
