@@ -8,8 +8,11 @@ names another) run on the same seeds (common random numbers).
 
 ``CocsHfl`` reduces its runs on the device (``jfl.reduction``): each run's cumulative utility,
 its square-root form and its successes per round (``UTILITY_REDUCTIONS``), and bands over seeds
-of the running sums, from which the host pairs every configuration with its oracle by seed
-(``oracle_regret``). ``attach_oracle`` and ``utility_metrics`` are the same metrics from every
+of the running sums; the host pairs every configuration's totals with its oracle's by seed
+(``oracle_regret``). Fig. 3b's running regret is paired on the device: the oracle's
+configurations are the sweep's reference (``jfl.reduction.Reference``), and each run subtracts
+its utility from its oracle's on the same seed, round by round (``REGRET_REDUCTIONS``), before
+the band over seeds. ``attach_oracle`` and ``utility_metrics`` are the same metrics from every
 run's rounds, in float64: the reference, and what a sweep that keeps every run's rounds uses.
 """
 
@@ -37,7 +40,7 @@ from jfl.kernels.reduce import doubling_cumsum, pairwise_mean, pairwise_sum
 from jfl.outputs import ROUND
 from jfl.plots.bands import has_runs
 from jfl.policies import REGISTRY
-from jfl.reduction import Curve, Reductions, RunMetric
+from jfl.reduction import Curve, Reductions, Reference, RunMetric
 from jfl.stats import NONNEGATIVE, UNBOUNDED, Bounds
 from jfl.sweep import Plan
 
@@ -53,14 +56,23 @@ def oracle_rows(ds: xr.Dataset, scenario=SCENARIO, reference: str = "oracle") ->
     """[config] The row of the ``reference`` configuration each configuration is paired with:
     the first that has the same values of the ``scenario`` coordinates (those present); None if
     no configuration runs ``reference``, ``ValueError`` if one has no such row."""
-    policy = ds["policy"].to_numpy()
+    names = [name for name in scenario if name in ds.coords]
+    values = {name: ds[name].to_numpy() for name in names}
+    return reference_rows(ds["policy"].to_numpy(), values, reference)
+
+
+def reference_rows(
+    policy: np.ndarray, scenario: Mapping[str, np.ndarray], reference: str = "oracle"
+) -> np.ndarray | None:
+    """[config] :func:`oracle_rows` from the configurations' ``policy`` and ``scenario``
+    values ({name: [config]}): of a dataset's coordinates, or of a plan's table before it runs
+    (``jfl.reduction.Reference``)."""
     if reference not in policy:
         return None
-    names = [name for name in scenario if name in ds.coords]
-    values = np.stack([ds[name].to_numpy() for name in names], axis=1) if names else None
+    values = np.stack(list(scenario.values()), axis=1) if scenario else None
     candidates = np.flatnonzero(policy == reference)
     match = []
-    for config in range(ds.sizes["config"]):
+    for config in range(len(policy)):
         if values is None:
             match.append(candidates[0])
             continue
@@ -152,6 +164,20 @@ UTILITY_REDUCTIONS = Reductions(
     },
 )
 
+# The running regret against the oracle (eq. 11) of Fig. 3b, paired by seed on the device: the
+# oracle's utility on the run's own seed (the plan's reference) minus the run's, round by round,
+# summed (a band of its own, as the running utilities are).
+REGRET_REDUCTIONS = Reductions(
+    curves={
+        "regret_cumsum": Curve(
+            (ROUND,),
+            lambda r: doubling_cumsum(r.reference["utility"] - _utility(r)),
+            UNBOUNDED,
+            ("utility",),
+        ),
+    },
+)
+
 # Each regret (eq. 11) is the oracle's total minus the configuration's, of these totals.
 REGRETS = {
     "regret_vs_oracle": "cumulative_utility",
@@ -180,25 +206,6 @@ def oracle_regret(
         own = values.to_numpy().astype(np.float64)
         regrets[regret] = values.copy(data=own[match] - own)
     return regrets
-
-
-# What the regret curve's band is (docs/decisions.md#cocs-regret-band).
-UNPAIRED_NOTE = "bands unpaired: var(Oracle) + var(policy); the paired per-seed totals: summary.csv"
-
-
-def regret_band(ds: xr.Dataset, match: np.ndarray) -> xr.DataArray:
-    """[config, stat, round] The cumulative regret's band over seeds from the bands of the
-    running utility: the mean is exact (the oracle's mean minus the configuration's), the
-    variance unpaired, var(O_t) + var(U_t), since the covariance over seeds needs every run's
-    rounds (``match``: :func:`oracle_rows`)."""
-    band = ds["utility_cumsum_band"].transpose("config", "stat", "round")
-    stats = list(band["stat"].to_numpy())
-    mean, var = stats.index("mean"), stats.index("var")
-    values = band.to_numpy().astype(np.float64)
-    regret = np.empty_like(values)
-    regret[:, mean] = values[match, mean] - values[:, mean]
-    regret[:, var] = values[match, var] + values[:, var]
-    return band.copy(data=regret)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +312,7 @@ class CocsHfl(HflScenario):
             self.policies, {"h_T": list(self.h_T), "z": list(self.z)}, shared=scenario
         )
         env, params = self.environment_params(p_cover=self.p_cover)
+        reductions, reference = self._reductions(configs)
         return Plan(
             env,
             params,
@@ -315,11 +323,23 @@ class CocsHfl(HflScenario):
             ),
             per_config={name: configs[name].to_numpy() for name in scenario},
             env_hparams=tuple(scenario),
-            reductions=UTILITY_REDUCTIONS,
+            reductions=reductions,
+            reference=reference,
             metadata={
                 "utility": {"mnist": "eq. 8 (linear)", "cifar": "eq. 19 (square root)"}[self.preset]
             },
         )
+
+    def _reductions(self, configs) -> tuple[Reductions, Reference | None]:
+        """The plan's reductions and reference: the utilities', and with the oracle among the
+        policies the running regret against it, each configuration paired with its scenario's
+        oracle (:func:`reference_rows`) on every seed."""
+        scenario = {name: configs[name].to_numpy() for name in SCENARIO}
+        rows = reference_rows(configs["policy"].to_numpy(), scenario, self.regret_against)
+        if rows is None:
+            return UTILITY_REDUCTIONS, None
+        curves = {**UTILITY_REDUCTIONS.curves, **REGRET_REDUCTIONS.curves}
+        return Reductions(UTILITY_REDUCTIONS.metrics, curves), Reference(rows, ("utility",))
 
     def metrics(self, ds) -> dict:
         """The regrets against ``--regret-against``, paired by seed from the per-run totals."""
@@ -357,15 +377,13 @@ class CocsHfl(HflScenario):
                 ds, variable, ylabel, folder / f"{name}.png", title, configs=shown,
                 bounds=NONNEGATIVE, **line,
             )  # fmt: skip
-        match = oracle_rows(ds, reference=self.regret_against)
-        if match is not None:
+        if "regret_cumsum_band" in ds:  # paired by seed on the device (REGRET_REDUCTIONS)
             policy = ds["policy"].to_numpy()
-            subtitle = "\n".join(filter(None, (view.subtitle, UNPAIRED_NOTE)))
             plots.plot_over_rounds(
-                ds.assign(regret_band=regret_band(ds, match)), "regret", "regret vs Oracle",
-                folder / "regret.png", "Cumulative regret against the Oracle (Qu Fig. 3b)",
+                ds, "regret_cumsum", "regret vs Oracle", folder / "regret.png",
+                "Cumulative regret against the Oracle (Qu Fig. 3b)",
                 configs=[c for c in shown if policy[c] != self.regret_against],
-                bounds=UNBOUNDED, **{**line, "subtitle": subtitle},
+                bounds=UNBOUNDED, **line,
             )  # fmt: skip
         for axis, figure in (("budget", "4d"), ("deadline", "4f")):
             if summary[axis].nunique() > 1:

@@ -19,23 +19,24 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from scipy import stats as sps
 
 from jfl import cli, driver, sweep
 from jfl.envs.hfl import HflEnv, preset_params
 from jfl.experiments.cocs import (
-    UNPAIRED_NOTE,
+    REGRET_REDUCTIONS,
     UTILITY_REDUCTIONS,
     CocsHfl,
     attach_oracle,
     oracle_regret,
     oracle_rows,
-    regret_band,
     utility_metrics,
 )
 from jfl.policies import Policy
-from jfl.reduction import make_reducer
+from jfl.reduction import REFERENCE, Reductions, make_reducer
 from jfl.results import load_dataset, summarize
 from jfl.runner import make_run
+from jfl.stats import stats_ci
 from jfl.trackers import fairness_queue
 from tests.golden import assert_golden_summary, golden_argv
 from tests.helpers import check_saved_figures, record_figures
@@ -121,6 +122,11 @@ def test_preset_decides_the_utility_and_the_scenario():
     assert CocsHfl(**TINY).scenario() == {"budget": [3.5], "deadline": [3.0]}
     assert CocsHfl(preset="cifar", **TINY).plan().metadata["utility"] == "eq. 19 (square root)"
     assert CocsHfl(preset="cifar", **TINY).scenario() == {"budget": [40.0], "deadline": [20.0]}
+    # The oracle, among the policies, is the reference of the running regret; else neither.
+    assert list(mnist.reference.rows) == [1] * 5 and mnist.reference.outputs == ("utility",)
+    assert "regret_cumsum" in mnist.reductions.curves
+    alone = CocsHfl(policies=("cocs", "linucb"), **TINY).plan()
+    assert alone.reference is None and alone.reductions == UTILITY_REDUCTIONS
 
 
 # --------------------------------------------------------------------------- end to end
@@ -200,8 +206,7 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny, every_run)
                 **curves,
             },
             "regret": {
-                "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}\n"
-                + UNPAIRED_NOTE,
+                "title": f"Cumulative regret against the Oracle (Qu Fig. 3b)\n{at}",
                 "ylabel": "regret vs Oracle",
                 "xlabel": "round",
                 "policies": [p for p in POLICIES if p != "oracle"],
@@ -259,10 +264,11 @@ def test_end_to_end_writes_summary_results_metadata_and_figures(tiny, every_run)
 
 def check_reduced(ds, per_run=()) -> None:
     """``ds`` holds what a reduced cocs_hfl sweep keeps: per-run metrics, regrets included, and
-    the bands of the utility, its running sums and the successes; no run's rounds but those in
-    ``per_run``, and no Oracle's rounds beside them."""
+    the bands of the utility, its running sums, the running regret and the successes; no run's
+    rounds but those in ``per_run``, and no Oracle's rounds beside them."""
     metrics = {*UTILITY_REDUCTIONS.metrics, "regret_vs_oracle", "regret_vs_oracle_sqrt"}
-    bands = {f"{name}_band" for name in (*UTILITY_REDUCTIONS.curves, "utility", "num_success")}
+    curves = (*UTILITY_REDUCTIONS.curves, *REGRET_REDUCTIONS.curves)
+    bands = {f"{name}_band" for name in (*curves, "utility", "num_success")}
     assert metrics | bands <= set(ds.data_vars)
     for name in metrics:
         assert ds[name].dims == ("config", "seed"), name
@@ -279,7 +285,7 @@ def test_reproduces_its_golden_run(tiny_run):
     assert_golden_summary("cocs_hfl", pd.read_csv(tiny_run.out / "summary.csv"))
 
 
-def test_oracle_utility_is_the_oracles_in_scenario_utility(every_run):
+def test_oracle_utility_is_the_oracles_in_scenario_utility(tiny_run, every_run):
     """From every run's rounds: utility = successes / M, and oracle_utility is the Oracle's
     utility in the configuration's (budget, deadline), the match per scenario."""
     ds = every_run
@@ -296,6 +302,9 @@ def test_oracle_utility_is_the_oracles_in_scenario_utility(every_run):
     low, high = (_config(ds, policy="cocs", budget=b, deadline=4.0) for b in (0.5, 4.0))
     assert oracle_utility[low].sum() < oracle_utility[high].sum()
     np.testing.assert_array_equal(oracle_rows(ds), oracle_rows(ds.drop_vars("utility")))
+    # The plan pairs the rows so before anything runs (the running regret's reference).
+    plan = dataclasses.replace(tiny_run.experiment, out="unused").plan()
+    np.testing.assert_array_equal(plan.reference.rows, oracle_rows(ds))
 
 
 def test_device_metrics_equal_the_host_reference(tiny_run, every_run):
@@ -356,22 +365,29 @@ def test_regret_pairs_the_per_run_totals_by_seed(tiny_run, every_run):
 
 
 def test_bands_equal_the_host_reference(tiny_run, every_run):
-    """The running sums' and the successes' bands over seeds (mean, variance with ddof=1)
-    equal NumPy's on every run's rounds in float64; the regret curve's mean is the paired mean,
-    its variance var(O_t) + var(U_t) (unpaired)."""
+    """The running sums', the successes' and the running regret's bands over seeds (mean,
+    variance with ddof=1) equal NumPy's on every run's rounds in float64: the regret's are
+    paired by seed (the Oracle's running utility minus the configuration's on each seed, then
+    the band), and at the last round they are the summary's paired regret totals' mean and
+    variance, to float32 rounding."""
     ds = every_run
     reduced = tiny_run.dataset
     utility = ds["utility"].transpose("config", "seed", "round").to_numpy().astype(np.float64)
+    oracle = utility[oracle_rows(ds)]
     curves = {
         "utility_cumsum": np.cumsum(utility, -1),
         "utility_sqrt_cumsum": np.cumsum(np.sqrt(utility), -1),
         "num_success": ds["num_success"].transpose("config", "seed", "round").to_numpy(),
+        "regret_cumsum": np.cumsum(oracle - utility, -1),
     }
+    # The largest partial sum of the terms' magnitudes over a configuration's seeds.
+    magnitude = {name: np.abs(values) for name, values in curves.items()}
+    magnitude["regret_cumsum"] = np.cumsum(oracle + utility, -1)
     rounds = ds.sizes["round"]
     eps = np.finfo(np.float32).eps
     for name, values in curves.items():
         band = reduced[f"{name}_band"].transpose("config", "stat", "round").to_numpy()
-        scale = np.abs(values).max(1) + 1e-30  # the largest of a round's values
+        scale = magnitude[name].max(1) + 1e-30
         np.testing.assert_array_less(
             np.abs(band[:, 0] - values.mean(1)), 4 * np.log2(rounds) * eps * scale, err_msg=name
         )
@@ -379,43 +395,51 @@ def test_bands_equal_the_host_reference(tiny_run, every_run):
             np.abs(band[:, 1] - values.var(1, ddof=1)), 16 * np.log2(rounds) * eps * scale**2,
             err_msg=name,
         )  # fmt: skip
-    match = oracle_rows(ds)
-    regret = regret_band(reduced, match).transpose("config", "stat", "round").to_numpy()
-    cumulative = curves["utility_cumsum"]
-    paired = cumulative[match] - cumulative
-    scale = np.abs(cumulative).max(1)
+    regret = reduced["regret_cumsum_band"].transpose("config", "stat", "round").to_numpy()
+    assert (regret[oracle_rows(ds) == np.arange(ds.sizes["config"])] == 0).all()  # the Oracle's
+    assert (regret[:, 1, -1] > 0).any()
+    totals = tiny_run.dataset["regret_vs_oracle"].transpose("config", "seed").to_numpy()
+    scale = magnitude["regret_cumsum"].max(1)[:, -1]
+    tolerance = 8 * np.log2(rounds) * eps * scale
+    np.testing.assert_array_less(np.abs(regret[:, 0, -1] - totals.mean(1)), tolerance + 1e-30)
     np.testing.assert_array_less(
-        np.abs(regret[:, 0] - paired.mean(1)),
-        8 * np.log2(rounds) * eps * (scale[match] + scale) + 1e-30,
+        np.abs(regret[:, 1, -1] - totals.var(1, ddof=1)), 4 * tolerance * scale + 1e-30
     )
-    unpaired = cumulative[match].var(1, ddof=1) + cumulative.var(1, ddof=1)
-    np.testing.assert_allclose(regret[:, 1], unpaired, rtol=1e-5, atol=1e-6)
 
 
 def test_reductions_do_not_depend_on_the_chunk(tiny_run, every_run):
-    """The utility reductions of each configuration alone equal those of all twenty at once
-    and the driver's (chunks of four), bit for bit."""
-    dims = sweep.PolicyGrid(tiny_run.experiment.plan()).dims  # every output the runs record
-    reduce = jax.jit(
-        jax.vmap(make_reducer(dims, tiny_run.experiment.rounds, extra=UTILITY_REDUCTIONS))
-    )
+    """The utility reductions and the running regret of each configuration alone equal those of
+    all twenty at once and the driver's (chunks of four, the Oracle's rows computed first),
+    bit for bit: the regret reads the Oracle's rows from a table shared by every configuration,
+    here every run's stored utility of the Oracle's four configurations."""
+    plan = tiny_run.experiment.plan()
+    dims = sweep.PolicyGrid(plan).dims  # every output the runs record
+    extra = Reductions(plan.reductions.metrics, plan.reductions.curves)
+    reducer = make_reducer(dims, tiny_run.experiment.rounds, extra=extra)
+    reduce = jax.jit(jax.vmap(reducer, in_axes=(0, 0, 0, None)))
     ds = every_run
     arrays = {name: jnp.asarray(ds[name].transpose("config", "seed", *dims[name])) for name in dims}
-    together = reduce(arrays, {}, {})
-    names = [*UTILITY_REDUCTIONS.metrics, *(f"{c}_band" for c in UTILITY_REDUCTIONS.curves)]
+    oracles, rows = np.unique(plan.reference.rows, return_inverse=True)
+    table = {"utility": arrays["utility"][oracles]}
+    hparams = {REFERENCE: jnp.asarray(rows, jnp.int32)}
+    together = reduce(arrays, hparams, {}, table)
+    names = [*extra.metrics, *(f"{c}_band" for c in extra.curves)]
+    assert "regret_cumsum_band" in names
     for name in names:
         np.testing.assert_array_equal(
             together[name], tiny_run.dataset[name].to_numpy(), err_msg=name
         )
     for config in (0, 7, 19):
-        alone = reduce({k: v[config : config + 1] for k, v in arrays.items()}, {}, {})
+        one = {k: v[config : config + 1] for k, v in arrays.items()}
+        alone = reduce(one, {k: v[config : config + 1] for k, v in hparams.items()}, {}, table)
         for name in names:
             np.testing.assert_array_equal(alone[name][0], together[name][config], err_msg=name)
 
 
 def test_figures_draw_the_device_curves(tiny_run, every_run, tmp_path):
     """At budget 4 and deadline 4 the curves are the means over seeds of every run's running
-    sums and the regret curve the paired mean regret; its legend names its bands unpaired."""
+    sums and the regret curve the paired mean regret, its bands the Student-t intervals of
+    every run's paired running regret (the Oracle's minus the policy's on each seed)."""
     ds = every_run
     experiment = dataclasses.replace(tiny_run.experiment, plot_at=("budget=4,deadline=4",))
     with record_figures() as figures:
@@ -438,8 +462,21 @@ def test_figures_draw_the_device_curves(tiny_run, every_run, tmp_path):
         for line, policy in zip(lines, shown, strict=True):
             mean = curve(configs[policy]).mean("seed").to_numpy()
             np.testing.assert_allclose(line.get_ydata(), mean, rtol=1e-5, atol=1e-5, err_msg=name)
-    assert UNPAIRED_NOTE in figures["regret.png"].axes[0].get_title()
-    assert np.abs(figures["regret.png"].axes[0].get_lines()[0].get_ydata()).max() > 0
+    ax = figures["regret.png"].axes[0]
+    assert np.abs(ax.get_lines()[0].get_ydata()).max() > 0
+    fills = [c for c in ax.collections if len(c.get_paths())]
+    assert len(fills) == len(POLICIES) - 1
+    for fill, policy in zip(fills, [p for p in POLICIES if p != "oracle"], strict=True):
+        paired = (oracle - utility).sel(config=configs[policy]).cumsum("round").to_numpy()
+        n = paired.shape[0]
+        _, lo, hi = stats_ci(paired.mean(0), paired.var(0, ddof=1), n)
+        half = sps.t.ppf(0.975, n - 1) * paired.std(0, ddof=1) / np.sqrt(n)
+        np.testing.assert_allclose(hi, paired.mean(0) + half, rtol=1e-12, atol=1e-12)
+        vertices = fill.get_paths()[0].vertices
+        x = ds["round"].to_numpy()
+        edges = [vertices[vertices[:, 0] == r, 1] for r in x]
+        np.testing.assert_allclose([e.min() for e in edges], lo, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose([e.max() for e in edges], hi, rtol=1e-5, atol=1e-5)
 
 
 def test_attach_oracle_matches_budget_and_deadline_by_hand():

@@ -38,7 +38,7 @@ from jfl.experiments import (
     PowDQuadratic,
     VBetaGrid,
 )
-from jfl.experiments.cocs import utility_metrics
+from jfl.experiments.cocs import attach_oracle, utility_metrics
 from jfl.experiments.common import with_queue_rate
 from jfl.experiments.regret_curves import regret_metrics
 from jfl.experiments.wireless import add_scenario, add_scenario_vectors
@@ -211,13 +211,15 @@ def as_reduced(ds, curves=None):
 
 def cocs_hfl():
     """A grid of budgets, deadlines, h_T and z, reduced as on the device: the utility metrics
-    (``utility_metrics``: the device's from every run's rounds) and the running sums' bands."""
+    (``utility_metrics``: the device's from every run's rounds) and the bands of the running
+    sums and of the running regret paired with the Oracle by seed."""
     config = CocsHfl(budget=(3.5, 5.0), deadline=(3.0, 4.0), h_T=(2.0, 5.0), z=(0.2, 0.4))
     plan = config.plan()
     ds = runs(plan.configs, config.clients, HFL)
     utility = ds["utility"]
     curves = {"utility_cumsum": utility.cumsum("round")}
     curves["utility_sqrt_cumsum"] = np.sqrt(utility).cumsum("round")
+    curves["regret_cumsum"] = (attach_oracle(ds)["oracle_utility"] - utility).cumsum("round")
     ds = as_reduced(ds.assign(utility_metrics(ds)), curves)
     ds = ds.assign(config.metrics(ds))
     names = [name for name, v in ds.data_vars.items() if v.dims == ("config", "seed")]
