@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import weakref
 from typing import Any, NamedTuple
 
 import chex
@@ -419,6 +420,7 @@ def make_batched_run(
     reduce=None,
     params=None,
     reducer_hparams: tuple[str, ...] = (),
+    reducer_reads: tuple[str, ...] | None = None,
 ):
     """jit(vmap over configurations (outer) of vmap over seeds (inner)).
 
@@ -441,7 +443,10 @@ def make_batched_run(
     one for every configuration, ``jfl.reduction.Reference``), with a leading axis ``[C]``: the
     reduction runs on the device, on the outputs the runs left there, and only its (small)
     outputs leave it. The hyperparameters named in ``reducer_hparams`` go to the reduction only,
-    not to the runs. It is a program of its own: fused into the runs' program, XLA would compute
+    not to the runs; ``reducer_reads`` names the per-configuration hyperparameters it reads (by
+    default every one): given, the runners of one sweep's policy groups that share ``reduce``
+    share its compiled program too (their policies' own hyperparameters differ, the reduction's
+    inputs do not). It is a program of its own: fused into the runs' program, XLA would compute
     some of its sums differently for different numbers of configurations. Its ``runs`` attribute
     is the runs' program alone (the function above, the same compiled program), which the sweep
     uses to compute the reference table.
@@ -462,18 +467,33 @@ def make_batched_run(
 
     if reduce is None:
         return batched
-    # The reference table is the same for every configuration (not vmapped).
-    reduce_configs = jax.jit(jax.vmap(reduce, in_axes=(0, 0, 0, None)))
+    reduce_configs = _reduce_configs(reduce)
 
     def run_and_reduce(keys, hparams, num_configs=None, reference=None):
         own = {k: v for k, v in hparams.items() if k not in reducer_hparams}
         outputs = batched(keys, own, _num_configs(hparams, num_configs))
-        shared = {k: v for k, v in hparams.items() if k not in seed_hparams}
+        shared = {
+            k: v
+            for k, v in hparams.items()
+            if k not in seed_hparams and (reducer_reads is None or k in reducer_reads)
+        }
         seeded = {k: hparams[k] for k in seed_hparams}
         return reduce_configs(outputs.arrays(), shared, seeded, dict(reference or {}))
 
     run_and_reduce.runs = batched
     return run_and_reduce
+
+
+# One compiled reduction per reducer: the policy groups of a sweep share it.
+_REDUCERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _reduce_configs(reduce):
+    """``reduce`` vmapped over configurations (the reference table, the same for every
+    configuration, is not) and jitted, once per ``reduce``."""
+    if reduce not in _REDUCERS:
+        _REDUCERS[reduce] = jax.jit(jax.vmap(reduce, in_axes=(0, 0, 0, None)))
+    return _REDUCERS[reduce]
 
 
 def _num_configs(hparams, num_configs: int | None) -> int:

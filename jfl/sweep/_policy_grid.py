@@ -247,7 +247,15 @@ class PolicyGrid:
             reduce=reducer,
             params=plan.env_params,
             reducer_hparams=(REFERENCE,),
+            reducer_reads=self._reducer_reads(),
         )
+
+    def _reducer_reads(self) -> tuple[str, ...]:
+        """The per-configuration hyperparameters a reduction reads: the plan's
+        per-configuration arrays, the trackers' hyperparameters and the reference rows, not the
+        policies' own (so that every group shares one compiled reduction)."""
+        tracked = (name for tracker in self.plan.trackers for name in tracker.hparams)
+        return (*self.plan.per_config, *tracked, REFERENCE)
 
 
 def run_policy_grid(
