@@ -75,8 +75,10 @@ def test_booleans_have_a_no_form():
     )
     assert not config.plots and config.quiet and not config.fast_prng and config.resume
     assert cli.parse(VBetaGrid, ["--no-plots", "--plots"], prog="prog").plots
-    # An experiment whose default is on still gets the --no- form.
-    assert CsUcbQFairness().trajectories
+    # Every boolean has both forms, whatever its default.
+    assert CsUcbQFairness().compilation_cache and not CsUcbQFairness().trajectories
+    assert not cli.parse(CsUcbQFairness, ["--no-compilation-cache"], prog="prog").compilation_cache
+    assert cli.parse(CsUcbQFairness, ["--trajectories"], prog="prog").trajectories
     assert not cli.parse(CsUcbQFairness, ["--no-trajectories"], prog="prog").trajectories
 
 
