@@ -28,7 +28,6 @@ from scipy import stats as sps
 from jfl import compilation_cache, driver, provenance, reduction, sweep
 from jfl.cli import parse
 from jfl.experiments import VBetaGrid
-from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
 from jfl.outputs import output_dims
 from jfl.results import load_dataset
 from jfl.runner import make_batched_run, make_run, seed_keys
@@ -114,15 +113,11 @@ def rbcsf_runs():
 
 def test_an_experiments_own_reductions_read_each_runs_seed(rbcsf_runs):
     """``Reductions``: a metric and a curve of the experiment's, reading a per-seed
-    hyperparameter (each run its own seed's row), equal NumPy's and do not depend on the
-    chunk; ``reduced_dims`` lists them."""
-    from jfl.envs import RbcsfEnv
-    from jfl.policies import get
-
+    hyperparameter (each run its own seed's row), equal NumPy's and do not depend on how many
+    configurations are reduced together; ``reduced_dims`` lists them, and a curve reading an
+    output the runs do not record is left out. (The fixture's every-run outputs, reduced by
+    the reduction's own program: no runs' program compiled here.)"""
     full, _, beta, dims = rbcsf_runs
-    env = RbcsfEnv()
-    params = env.default_params(num_clients=12)
-    run = make_run(env, params, get("rbcsf").build(12, 3), 20, trackers=(fairness_queue("beta"),))
     extra = reduction.Reductions(
         metrics={
             "time_over": reduction.RunMetric(
@@ -136,68 +131,25 @@ def test_an_experiments_own_reductions_read_each_runs_seed(rbcsf_runs):
             "never": reduction.Curve(("round",), lambda r: r.outputs["nope"], reads=("nope",)),
         },
     )
-    hparams = {k: np.full(4, v, np.float32) for k, v in get("rbcsf").complete({}).items()}
-    hparams["V"] = np.array([0.0, 1.0, 10.0, 50.0], np.float32)
-    hparams["beta"] = beta
     offset = np.random.default_rng(3).uniform(0, 1, (4, 5)).astype(np.float32)
-    hparams["offset"] = offset
-    reducer = reduction.make_reducer(dims, 20, rate="beta", extra=extra)
-    batched = make_batched_run(run, seed_hparams=("offset",), reduce=reducer)
-    keys = seed_keys(0, np.arange(5))
-    chunked = {size: sweep.run_chunked(batched, keys, hparams, size) for size in (1, 3)}
-    reduced = chunked[3]
-    assert set(reduced) == set(reduction.reduced_dims(dims, extra=extra))
-    assert "never_band" not in reduced and "shifted_time_band" in reduced
+    reduce = jax.jit(
+        jax.vmap(reduction.make_reducer(dims, 20, rate="beta", extra=extra), (0, 0, 0, None))
+    )
+
+    def reduced(rows):
+        outputs = {name: value[rows] for name, value in full.items()}
+        return reduce(outputs, {"beta": beta[rows]}, {"offset": offset[rows]}, {})
+
+    together = reduced(slice(0, 4))
+    assert set(together) == set(reduction.reduced_dims(dims, extra=extra))
+    assert "never_band" not in together and "shifted_time_band" in together
     times = np.asarray(full["round_time"], float)
     want = (times - offset[..., None]).sum(-1)
-    np.testing.assert_allclose(reduced["time_over"], want, rtol=RTOL, atol=RTOL * 20)
+    np.testing.assert_allclose(together["time_over"], want, rtol=RTOL, atol=RTOL * 20)
     for c in range(4):
-        shifted = times[c] + offset[c][:, None]
-        assert_band(reduced["shifted_time_band"][c], shifted, "shifted")
-    for name in reduced:
-        np.testing.assert_array_equal(chunked[1][name], reduced[name], err_msg=name)
-
-
-def test_a_run_reads_its_reference_row_on_its_own_seed(rbcsf_runs):
-    """A reference table shared by every configuration (``reduce``'s ``reference``, not per
-    configuration): each configuration reads the row its ``REFERENCE`` hyperparameter names,
-    each run that row's own seed (-1: NaN), so a paired difference equals NumPy's on every
-    run's outputs; a configuration's numbers are the same alone as among the others, bit for
-    bit."""
-    full, _, _, dims = rbcsf_runs
-    dims = {name: dims[name] for name in ("round_time", "num_selected", "selection_count")}
-    times = np.asarray(full["round_time"])  # [config, seed, round]
-    table = {"round_time": jnp.asarray(times[[1, 3]])}  # the reference rows 1 and 3
-    rows = np.array([1, -1, 0, 1], np.int32)  # their places in the table
-    paired = reduction.Curve(
-        ("round",),
-        lambda r: doubling_cumsum(r.reference["round_time"] - r.outputs["round_time"]),
-    )
-    total = reduction.RunMetric(
-        (), lambda r: pairwise_sum(r.reference["round_time"] - r.outputs["round_time"])
-    )
-    extra = reduction.Reductions(metrics={"total": total}, curves={"paired": paired})
-    reduce = jax.jit(
-        jax.vmap(
-            reduction.make_reducer(dims, 20, rate="beta", extra=extra), in_axes=(0, 0, 0, None)
-        )
-    )
-    arrays = {name: jnp.asarray(full[name]) for name in dims}
-    hparams = {"beta": jnp.zeros(4), reduction.REFERENCE: jnp.asarray(rows)}
-    together = reduce(arrays, hparams, {}, table)
-    reference = np.asarray(times, float)[[3, 3, 1, 3]]  # by hand; row 1 has none
-    for c in (0, 2, 3):
-        difference = reference[c] - np.asarray(times[c], float)
-        assert_band(together["paired_band"][c], np.cumsum(difference, -1), f"paired {c}")
-        np.testing.assert_allclose(together["total"][c], difference.sum(-1), atol=RTOL * 20)
-    assert np.isnan(together["paired_band"][1]).all() and np.isnan(together["total"][1]).all()
-    for c in range(4):
-        alone = reduce(
-            {k: v[c : c + 1] for k, v in arrays.items()},
-            {k: v[c : c + 1] for k, v in hparams.items()},
-            {},
-            table,
-        )
+        assert_band(together["shifted_time_band"][c], times[c] + offset[c][:, None], "shifted")
+    for c in range(4):  # one configuration alone: the same bits
+        alone = reduced(slice(c, c + 1))
         for name in together:
             np.testing.assert_array_equal(alone[name][0], together[name][c], err_msg=name)
 
