@@ -103,3 +103,21 @@ def test_getting_started_lists_every_notebook():
     assert notebooks
     missing = [name for name in notebooks if f"notebooks/{name}" not in text]
     assert not missing, f"docs/getting-started.md does not list {missing}"
+
+
+def test_an_experiments_own_reductions():
+    """extending.md, "An experiment reduced on the device": the example's metric and curve, on
+    one run's outputs, against their plain definitions."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jfl.reduction import RunView
+
+    (code,) = blocks("extending.md", "An experiment reduced on the device")
+    namespace: dict = {}
+    exec(code, namespace)
+    late = namespace["LATE"]
+    times = np.array([1.0, 6.0, 7.0, 2.0, 5.5], np.float32)
+    run = RunView({"round_time": jnp.asarray(times)}, {}, len(times), "queue_rate")
+    assert late.metrics["late_rounds"].fn(run) == np.float32(3 / 5)
+    np.testing.assert_array_equal(late.curves["late_so_far"].fn(run), np.cumsum(times > 5.0))
