@@ -77,8 +77,10 @@ def test_resnet18_gn_trains_a_cifar_shaped_fixture(tmp_path):
     ]
     assert cli.main(FlSelection, argv, prog="fl_selection") == 0
     ds = load_results(out / "results.nc")
-    loss = ds["test_loss"].to_numpy()
+    # Reduced on the device: the loss's band over seeds (its mean: one seed) and each run's last.
+    loss = ds["test_loss_band"].sel(stat="mean").to_numpy()
     assert loss.size and np.all(np.isfinite(loss))
+    assert np.all(np.isfinite(ds["final_test_loss"].to_numpy()))
     model = json.loads((out / "metadata.json").read_text())["model"]
     assert model["name"] == "resnet18_gn" and model["parameters"] > 11_000_000
 
