@@ -15,6 +15,12 @@
    (``random_paper_instances``: weights U[0, 1], costs U[0.5, 2]·U[2, 4], budget 3.5 per ES),
    N = 50 (batch 1024, the CPU sweep's batch) and N = 10^4 (batch 16), M = 3; best of several
    runs after compilation.
+3. Compile time (``--sections compile``, not in the default run): each solver, jitted and
+   vmapped, lowered and compiled at N = 8 (the tests' size) and N = 50, M = 3, batch 64, with the
+   persistent compilation cache off; the last stages alone (``beam_assignment``,
+   ``largest_packing_prefix``); and COCS's runner as ``bench/bench_rbcsf.py --sections cocs``
+   builds it (hfl MNIST preset, N = 50, M = 3, T = 300, batch 64): its first call (compile and
+   run) and its second (run), the compile time being about their difference.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ from jfl.kernels.assignment import (
     budgeted_assignment,
     cardinality_assignment,
 )
+from jfl.kernels.beam import beam_assignment
 from jfl.kernels.order import counting_order, materialise, sort_order
+from jfl.kernels.packing import largest_packing_prefix
 from jfl.kernels.reduce import pairwise_sum
 from jfl.reference.milp_assignment import (
     FAMILIES,
@@ -214,11 +222,75 @@ def timings(quick):
             )
 
 
+def _beam_alone(weight, cost, available, budget):
+    return beam_assignment(weight, available, cost, budget, weight, jnp.ones((), bool))
+
+
+def _packing_alone(weight, cost, available, budget):
+    del weight, available
+    return largest_packing_prefix(jnp.sort(cost), budget, jnp.zeros((), jnp.int32), budget)
+
+
+def compile_seconds(kernel, instances):
+    """(lowering, compilation) seconds of ``jit(vmap(kernel))`` on ``instances``."""
+    start = time.perf_counter()
+    lowered = batched(kernel).lower(*instances)
+    middle = time.perf_counter()
+    lowered.compile()
+    return middle - start, time.perf_counter() - middle
+
+
+def cocs_runner_seconds(batch=64, rounds=300):
+    """COCS's runner as ``bench/bench_rbcsf.py --sections cocs`` builds it: seconds of its first
+    call (compile and run) and of its second (run)."""
+    from jfl.envs import HflEnv
+    from jfl.envs.hfl import preset_params
+    from jfl.policies import get
+    from jfl.runner import make_batched_run, make_run, seed_keys
+
+    seeds = min(64, batch)
+    configs = batch // seeds
+    hparams = {
+        "h_T": jnp.full(configs, 5.0, jnp.float32),
+        "z": jnp.linspace(0.1, 1.0, configs, dtype=jnp.float32),
+    }
+    policy = get("cocs").build(50, 3)
+    run = make_batched_run(make_run(HflEnv(), preset_params("mnist"), policy, rounds))
+    keys = seed_keys(0, np.arange(seeds))
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        jax.block_until_ready(run(keys, hparams))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def compile_times():
+    print("\n3. compile time, jit(vmap(solver)), M = 3, batch 64, persistent cache off")
+    jax.config.update("jax_enable_compilation_cache", False)
+    kernels = {**KERNELS, "beam alone": _beam_alone, "packing alone": _packing_alone}
+    print(f"{'solver':<16}" + "".join(f"{f'N = {n}: lower, compile (s)':>30}" for n in (8, 50)))
+    for name, kernel in kernels.items():
+        cells = []
+        for n in (8, 50):
+            instances = random_paper_instances(np.random.default_rng(0), 64, n, 3)
+            lower, compile_ = compile_seconds(kernel, instances)
+            cells.append(f"{lower:>20.2f}{compile_:>10.2f}")
+        print(f"{name:<16}" + "".join(cells))
+    first, second = cocs_runner_seconds()
+    print(
+        f"COCS runner (hfl MNIST, N = 50, M = 3, T = 300, batch 64): first call {first:.1f} s, "
+        f"second {second:.1f} s, compile ≈ {first - second:.1f} s"
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--instances", type=int, default=500, help="rounds per family")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sections", default="ratios,timings")
+    parser.add_argument(
+        "--sections", default="ratios,timings", help="comma-separated: ratios, timings, compile"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer timing repeats")
     args = parser.parse_args()
     print(
@@ -230,6 +302,8 @@ def main():
         ratios(args.instances, args.seed)
     if "timings" in sections:
         timings(args.quick)
+    if "compile" in sections:
+        compile_times()
 
 
 if __name__ == "__main__":
