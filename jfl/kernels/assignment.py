@@ -252,13 +252,12 @@ class _Node(NamedTuple):
     fits_all: jax.Array  # i32[]: how many of the cheapest undecided candidates fit into the pool
     next_option: jax.Array  # i32[]: rank of the next option to try
     depth: jax.Array  # i32[]
-    node_id: jax.Array  # i32[]: its entry in the node log (-1: the root)
 
 
 class _State(NamedTuple):
     node: _Node
     best_value: jax.Array  # f[]: the incumbent's value
-    best_id: jax.Array  # i32[]: its entry in the node log (-1: nothing better than the initial)
+    found: jax.Array  # bool[]: a solution better than the initial value was found
     steps: jax.Array  # i32[]
     done: jax.Array  # bool[]: every branch explored or pruned
 
@@ -268,7 +267,7 @@ class _State(NamedTuple):
 # few XLA:CPU kernels over a handful of buffers, the next state built in one of them (with the
 # next node selected field by field, a step took about 1.3 times as long).
 def _node_size(n_servers):
-    return 3 * n_servers + 5
+    return 3 * n_servers + 4
 
 
 def _pack(fields, dtype):
@@ -287,7 +286,6 @@ def _unpack_node(packed, n_servers) -> _Node:
         fits_all=ints[M],
         next_option=ints[M + 1],
         depth=ints[M + 2],
-        node_id=ints[M + 3],
     )
 
 
@@ -296,7 +294,7 @@ def _unpack_state(packed, n_servers) -> _State:
     return _State(
         node=_unpack_node(packed, n_servers),
         best_value=rest[0],
-        best_id=rest[1].astype(jnp.int32),
+        found=rest[1] > 0,
         steps=rest[2].astype(jnp.int32),
         done=rest[3] > 0,
     )
@@ -323,7 +321,7 @@ def _search(
     ``lam``: None for "leave out" as the last option, else the options' reduced weights
     ``value - lam·cost`` order the ESs and "leave out" (reduced weight 0). ``prefer`` f[N, M]
     (optional) orders ESs of equal reduced weight before the tie-break (larger first).
-    ``max_steps`` (static) sizes the node log; ``step_limit`` (traced, at most ``max_steps``,
+    ``max_steps`` (static) is the step budget; ``step_limit`` (traced, at most ``max_steps``,
     default ``max_steps``) and ``leave_out_last`` (traced bool, default ``lam is None``) let one
     compiled search run stages with different settings (``budgeted_assignment``).
 
@@ -341,11 +339,12 @@ def _search(
         step_limit = max_steps
     t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last)
     root = _pack(_root(t, capacity, init_value, n_servers), dtype)
-    # The ancestors by depth (row N: where idle instances write), and the node log (one entry per
-    # step, entry max_steps for idle instances): each generated child's choice, parent and
-    # depth, so that the best solution is one id, traced back at the end.
+    # The ancestors by depth (row N: where idle instances write), the current node's path (its
+    # ES per depth, -1: left out; entries from its depth on are stale) and the best solution's
+    # path (-1 from its last depth on): copied when a better solution is found, so that a step
+    # costs the same whatever the step budget.
     stack = jnp.zeros((n_clients + 1, _node_size(n_servers)), dtype)
-    log = jnp.zeros((3, max_steps + 1), jnp.int32)
+    path = jnp.full((n_clients + 1,), -1, jnp.int32)
 
     def running(carry):
         return _running(_unpack_state(carry[0], n_servers), step_limit)
@@ -355,14 +354,13 @@ def _search(
     # that are done, pays that copy once per block.
     def block(carry):
         def step(_, c):
-            return _step(t, *c, n_servers=n_servers, step_limit=step_limit, max_steps=max_steps)
+            return _step(t, *c, n_servers=n_servers, step_limit=step_limit)
 
         return lax.fori_loop(0, STEPS_PER_CHECK, step, carry)
 
-    packed, _, log = lax.while_loop(running, block, (root, stack, log))
+    packed, _, _, best_path = lax.while_loop(running, block, (root, stack, path, path))
     state = _unpack_state(packed, n_servers)
-    path = _trace_back(log, state.best_id, n_clients, max_steps)
-    return state.best_id >= 0, path, state.done
+    return state.found, best_path[:n_clients], state.done
 
 
 def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last):
@@ -470,12 +468,11 @@ def _root(t: _Tables, capacity, init_value, n_servers) -> _State:
         fits_all=jnp.sum(pall[1:] <= pool, dtype=jnp.int32),
         next_option=zero,
         depth=zero,
-        node_id=jnp.full((), -1, jnp.int32),
     )
     return _State(
         node=node,
         best_value=jnp.asarray(init_value, dtype),
-        best_id=jnp.full((), -1, jnp.int32),
+        found=jnp.zeros((), bool),
         steps=zero,
         done=t.count == 0,
     )
@@ -485,7 +482,7 @@ def _running(state: _State, step_limit):
     return ~state.done & (state.steps < step_limit)
 
 
-def _step(t: _Tables, packed, stack, log, *, n_servers, step_limit, max_steps):
+def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit):
     """One step: the current node's next option becomes a child (the next node, unless it is
     pruned), or, where no option is left, a backtrack to the parent. A no-op once done."""
     N, M, dtype = t.rows.shape[0], n_servers, stack.dtype
@@ -496,29 +493,29 @@ def _step(t: _Tables, packed, stack, log, *, n_servers, step_limit, max_steps):
     row = _unpack_row(t.rows[jnp.minimum(d, N - 1)], M)
     option, has, leave, onehot = _next_option(t, row, node)
     has = has & active
-    child, choice = _child(t, row, node, leave, onehot, step)
+    child, choice = _child(t, row, node, leave, onehot)
     better = has & (child.value > state.best_value)
     descend = has & (d + 1 < t.count) & (row.next_cost <= _seq_max(child.budget))
     bound = child.value + _upper_bound(row, child)
     descend = descend & (bound > jnp.where(better, child.value, state.best_value))
-    # The current node goes to row d of the stack (with its next option), the child to the
-    # log. Every read of the stack comes after the write, so that it is done in place.
+    # The current node goes to row d of the stack (with its next option), the child's choice to
+    # the path. Every read of the stack comes after the write, so that it is done in place.
     here = node._replace(next_option=option + 1)
     stack = lax.dynamic_update_slice(stack, _pack(here, dtype)[None], (jnp.where(active, d, N), 0))
-    entry = jnp.stack([choice, node.node_id, d])
-    log = lax.dynamic_update_slice(log, entry[:, None], (0, jnp.where(active, step, max_steps)))
+    path = lax.dynamic_update_slice(path, choice[None], (jnp.where(has, d, N),))
+    best_path = jnp.where(better, jnp.where(jnp.arange(N + 1) <= d, path, -1), best_path)
     parent = stack[jnp.maximum(d - 1, 0)]
     # The next node: the child, the same node (next option), or the parent (backtrack); selected
     # packed, so that XLA builds the new state in one kernel.
     following = jnp.where(descend, _pack(child, dtype), jnp.where(has, _pack(here, dtype), parent))
     search = (
         jnp.where(better, child.value, state.best_value),
-        jnp.where(better, step, state.best_id),
+        state.found | better,
         step + 1,
         ~has & (d == 0),
     )  # (the rest of ``_State``, in its order)
     new = jnp.concatenate([following, _pack(search, dtype)])
-    return jnp.where(active, new, packed), stack, log
+    return jnp.where(active, new, packed), stack, path, best_path
 
 
 def _next_option(t: _Tables, row: _Row, node: _Node):
@@ -550,10 +547,10 @@ def _next_option(t: _Tables, row: _Row, node: _Node):
     return option, (option <= M) & ~leaf, leave, onehot
 
 
-def _child(t: _Tables, row: _Row, node: _Node, leave, onehot, step):
+def _child(t: _Tables, row: _Row, node: _Node, leave, onehot):
     """The child of ``node`` for the option (``leave`` or the ES ``onehot``), with its counts
     (at most one more client fits where one left the list); and the choice (its ES, -1: left
-    out) for the log."""
+    out) for the path."""
     N, M = t.rows.shape[0], onehot.shape[0]
     servers = jnp.arange(M, dtype=jnp.int32)
     R, d = node.budget, node.depth
@@ -576,7 +573,6 @@ def _child(t: _Tables, row: _Row, node: _Node, leave, onehot, step):
         fits_all=jnp.where(node.fits_all >= 1, node.fits_all - 1 + fits_all, 0),
         next_option=jnp.zeros((), jnp.int32),
         depth=d + 1,
-        node_id=step,
     )
     return child, jnp.where(leave, -1, _seq_sum(jnp.where(onehot, servers, 0)))
 
@@ -590,23 +586,6 @@ def _upper_bound(row: _Row, child: _Node):
     count = jnp.minimum(_seq_sum(child.fits), child.fits_all).astype(dtype)
     by_es = _seq_sum(child.fits.astype(dtype) * vn)
     return jnp.minimum(jnp.minimum(count * _seq_max(vn), by_es), row.best_after)
-
-
-def _trace_back(log, best_id, n_clients, max_steps):
-    """The logged node ``best_id`` traced back to the root: its ES per client in search order
-    (-1: left out), i32[N]."""
-    depth = jnp.arange(n_clients)
-
-    def trace(_, carry):
-        node, path = carry
-        entry = log[:, jnp.maximum(node, 0)]
-        live = node >= 0
-        path = jnp.where(live & (depth == entry[2]), entry[0], path)
-        return jnp.where(live, entry[1], node), path
-
-    path = jnp.full((n_clients,), -1, jnp.int32)
-    _, path = lax.fori_loop(0, min(n_clients, max_steps), trace, (best_id, path))
-    return path
 
 
 def _cost_order(cost, cand, tiebreak):
