@@ -25,18 +25,15 @@ of the kernel's value on exactly the same problem. Pairs with weight ≤ 0 are n
 cannot raise the objective).
 
 Written independently of the JAX code, except where named: ``hfl_instances`` and the ratio
-helpers call JAX, and ``cardinality_numpy``'s packing stage is the kernel's.
+helpers call JAX.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from scipy import optimize, sparse
-
-from jfl.reference.numpy_beam import beam_numpy
 
 BUDGET_RTOL = 1e-6  # the same slack as jfl.kernels.assignment.BUDGET_RTOL
 
@@ -115,14 +112,11 @@ def _pairwise_sum(x):
 # --------------------------------------------------------------------------------------------
 
 # The kernel's constants (jfl.kernels.assignment), repeated rather than imported.
-CARDINALITY_STEPS = 256
-BUDGETED_STEPS = 256
+CARDINALITY_STEPS = 8192
+BUDGETED_STEPS = 16384
 COUNT_STEPS = 128
 COUNT_THRESHOLD = 0.5
 LAMBDA_SCALE = 0.5
-BEAM_WIDTH = 128  # jfl.kernels.beam.DEFAULT_WIDTH
-BEAM_MAX_CLIENTS = 256
-PACKING_STEPS = 2048  # jfl.kernels.packing.DEFAULT_MAX_STEPS
 
 
 def _prepare(weight, cost, available, budget, tiebreak, budget_rtol):
@@ -378,11 +372,6 @@ def _search(
     return result, done, list(zip(order[: len(best_path)].tolist(), best_path, strict=True))
 
 
-def _mask_value(mask, value):
-    """``jfl.kernels.assignment_value``: the chosen values summed by pairwise halving."""
-    return _pairwise_sum(np.where(mask, value, 0).reshape(-1))
-
-
 def _path_mask(path, n_servers):
     return np.asarray(path)[:, None] == np.arange(n_servers)[None, :]
 
@@ -400,7 +389,6 @@ def budgeted_numpy(
     *,
     max_steps=BUDGETED_STEPS,
     count_steps=COUNT_STEPS,
-    beam_width=BEAM_WIDTH,
     budget_rtol=BUDGET_RTOL,
 ):
     """``jfl.kernels.budgeted_assignment`` as a plain loop: ``(mask, certified)``.
@@ -410,8 +398,6 @@ def budgeted_numpy(
     steps, written step by step from the kernel's description (module docstring of
     ``jfl.kernels.assignment``) in the inputs' float dtype, operation by operation, so that the
     masks agree except on floating-point near-ties (XLA may fuse a product into an addition).
-    Where the search did not certify its answer, the beam search's mirror
-    (``jfl.reference.numpy_beam``) runs too and its mask is kept if it weighs more.
     """
     dtype, value, cost, eligible, capacity, tiebreak = _prepare(
         weight, cost, available, budget, tiebreak, budget_rtol
@@ -448,12 +434,7 @@ def budgeted_numpy(
     )
     if path is not None:
         mask = _path_mask(path, value.shape[1])
-    certified = complete or _all_best(mask, value)
-    if beam_width > 0 and len(value) <= BEAM_MAX_CLIENTS and not certified:
-        beam_mask, _ = beam_numpy(value, eligible, cost, capacity, tiebreak, beam_width)
-        if _mask_value(beam_mask, value) > _mask_value(mask, value):
-            mask = beam_mask
-    return mask, certified
+    return mask, complete or _all_best(mask, value)
 
 
 def cardinality_numpy(
@@ -463,16 +444,12 @@ def cardinality_numpy(
     tiebreak=None,
     *,
     max_steps=CARDINALITY_STEPS,
-    packing_steps=PACKING_STEPS,
     budget_rtol=BUDGET_RTOL,
 ):
     """``jfl.kernels.cardinality_assignment`` as a plain loop: ``(mask, certified)``.
 
-    The depth-first branch and bound step by step; where it did not certify its answer, every
-    candidate client may join every ES and M ≤ 3, the packing check runs as the kernel's own
-    ``jfl.kernels.packing.largest_packing_prefix`` (one instance, jitted: its exactness is
-    tested on its own, against brute force and the MILP, in ``tests/kernels/test_packing.py``),
-    so that the packing it returns, one of many, is the kernel's.
+    The depth-first branch and bound of at most ``max_steps`` steps over the covered clients in
+    ascending cost, with weight 1 on every covered pair, step by step as the kernel's.
     """
     available = np.asarray(available, bool)
     weight = np.ones(available.shape, np.result_type(cost, budget, np.float32))
@@ -485,40 +462,7 @@ def cardinality_numpy(
     )
     n_servers = value.shape[1]
     mask = np.zeros(value.shape, bool) if path is None else _path_mask(path, n_servers)
-    certified = complete or _all_best(mask, value)
-    candidate = eligible.any(axis=1)
-    uniform = bool(np.all(~candidate[:, None] | available))
-    if n_servers <= 3 and packing_steps > 0 and uniform and not certified:
-        count = int(mask.sum())
-        bins, complete = _packing(
-            np.where(candidate[order], cost[order], np.inf).astype(dtype),
-            capacity,
-            count,
-            tiebreak[order[0]],
-            packing_steps,
-        )
-        if (bins >= 0).sum() > count:
-            mask = np.zeros(value.shape, bool)
-            mask[order[bins >= 0], bins[bins >= 0]] = True
-        certified = complete
-    return mask, certified
-
-
-@functools.cache
-def _packing_kernel():
-    import jax
-
-    from jfl.kernels.packing import largest_packing_prefix
-
-    return jax.jit(largest_packing_prefix, static_argnames="max_steps")
-
-
-def _packing(sorted_cost, capacity, k_known, tiebreak_bins, max_steps):
-    """``largest_packing_prefix`` on one instance: ``(bins, complete)`` as NumPy."""
-    result = _packing_kernel()(
-        sorted_cost, capacity, np.int32(k_known), tiebreak_bins, max_steps=max_steps
-    )
-    return np.asarray(result.bins), bool(result.complete)
+    return mask, complete or _all_best(mask, value)
 
 
 def random_paper_instances(rng, num_instances, num_clients, num_servers):
