@@ -1,6 +1,12 @@
 """Pure single-instance kernels; callers ``vmap`` them."""
 
-from jfl.kernels.assignment import AssignmentResult, assignment_value, budgeted_assignment
+from jfl.kernels.assignment import (
+    AssignmentResult,
+    assignment_value,
+    budgeted_assignment,
+    cardinality_assignment,
+    two_phase_assignment,
+)
 from jfl.kernels.linkage import (
     Linkage,
     cut_by_weight,
@@ -42,6 +48,7 @@ __all__ = [
     "assignment_value",
     "budgeted_assignment",
     "capped_inclusion",
+    "cardinality_assignment",
     "clustered_buckets",
     "cut_by_weight",
     "divide_and_conquer",
@@ -60,6 +67,7 @@ __all__ = [
     "selection_count",
     "systematic_sample",
     "topk_mask",
+    "two_phase_assignment",
     "ucb_bonus",
     "ucb_index",
     "upper_confidence_bound",

@@ -721,16 +721,10 @@ def cardinality_assignment(
     chex.assert_type(available, bool)
     weight = jnp.ones(jnp.shape(available), jnp.result_type(cost, budget, jnp.float32))
     _check(weight, cost, available, budget, tiebreak)
-    order_ties = tiebreak is not None
-    dtype, value, cost, eligible, capacity, tiebreak = _prepare(
-        weight, cost, available, budget, tiebreak
+    solution = _solve(
+        cost, budget, tiebreak, available, None, first_steps=max_steps, count_steps=0, max_steps=0
     )
-    order = _cost_order(cost, jnp.any(eligible, axis=1), tiebreak if order_ties else None)
-    found, path, complete = _search(
-        value, eligible, cost, capacity, tiebreak, jnp.zeros((), dtype), max_steps, order
-    )
-    mask = _path_mask(path, order, value.shape[1]) & found
-    return AssignmentResult(mask=mask, certified=complete | _all_best(mask, value))
+    return solution.first
 
 
 def budgeted_assignment(
@@ -796,98 +790,181 @@ def budgeted_assignment(
     """
     weight = jnp.asarray(weight)
     _check(weight, cost, available, budget, tiebreak)
-    order_ties = tiebreak is not None
-    _, value, cost, eligible, capacity, tiebreak = _prepare(
-        weight, cost, available, budget, tiebreak
-    )
-    mask, complete = _budgeted_search(
-        value,
-        eligible,
+    solution = _solve(
         cost,
-        capacity,
+        budget,
         tiebreak,
-        max_steps=max_steps,
+        None,
+        (weight, available),
+        first_steps=0,
         count_steps=count_steps,
-        order_ties=order_ties,
+        max_steps=max_steps,
     )
-    return AssignmentResult(mask=mask, certified=complete | _all_best(mask, value))
+    return solution.second
 
 
-class _Stage(NamedTuple):
-    """One search of ``budgeted_assignment``'s stages 2 and 3."""
+def two_phase_assignment(
+    cost,
+    first,
+    weight,
+    available,
+    budget,
+    tiebreak=None,
+    *,
+    first_steps: int = CARDINALITY_STEPS,
+    max_steps: int = BUDGETED_STEPS,
+    count_steps: int = COUNT_STEPS,
+) -> tuple[AssignmentResult, AssignmentResult]:
+    """The most pairs of ``first`` that the budgets admit, then the heaviest pairs of ``weight``
+    on ``available`` in the budget that they leave: COCS's exploration (eqs. 14-15) then its
+    exploitation (eqs. 16-18), in one program.
 
-    value: jax.Array  # f[N, M]: the weights searched (stage 2: 1 on the good pairs)
-    eligible: jax.Array  # bool[N, M]
-    order: jax.Array  # i32[N]: the search order
-    lam: jax.Array  # f[]: λ of the reduced weights
-    prefer: jax.Array  # f[N, M]: orders the ESs of equal reduced weight (stage 2: heavier first)
-    counting: jax.Array  # bool[]: stage 2 (unit weights, "leave out" last, kept only if heavier)
-    step_limit: jax.Array  # i32[]
+    The same as ``cardinality_assignment(cost, first, budget, tiebreak)`` followed by
+    ``budgeted_assignment(weight, cost, available, budget - spent, tiebreak)``, with ``spent``
+    the cost of the first phase's clients on each ES (``Σ_n cost[n]·first_mask[n, m]``), and
+    the same results; its three searches are the iterations of one loop, so that it compiles
+    one search instead of two. A pair may be in both ``first`` and ``available``; the caller
+    keeps the phases' clients apart (COCS exploits only clients with no pair to explore).
 
+    Args:
+      cost: f[N] cost c_n of each client, the same on every ES.
+      first: bool[N, M] the pairs of the first phase (unit weights).
+      weight: f[N, M] value of each pair in the second phase (≥ 0).
+      available: bool[N, M] the pairs of the second phase.
+      budget: f[M] per-ES budget B_m (a scalar is broadcast), possibly traced.
+      tiebreak: optional f[N, M] values in [0, 1) that order equal choices (both phases).
+      first_steps, max_steps, count_steps: static search budgets of the first phase, and of the
+        second phase's weighted and count searches (``budgeted_assignment``'s).
 
-def _budgeted_search(
-    value, eligible, cost, capacity, tiebreak, *, max_steps, count_steps, order_ties
-):
-    """Stages 1-3 of ``budgeted_assignment``: ``(mask, complete)``, the best mask found and
-    whether the weighted search finished. ``order_ties``: the caller gave a tie-break (else
-    ``tiebreak`` is zeros, and the client orders go by index among equals)."""
-    dtype = value.dtype
-    ties = tiebreak if order_ties else None
-    by_density, density = _density_order(value, eligible, cost, ties)
-    init_mask, init_value = _density_greedy(value, eligible, cost, capacity, tiebreak, by_density)
-    by_cost = _cost_order(cost, jnp.any(eligible, axis=1), ties)
-    # Second incumbent: the most clients whose weight is at least COUNT_THRESHOLD times the
-    # largest, heavier ESs first (the cardinality search on those pairs).
-    good = eligible & (value >= COUNT_THRESHOLD * jnp.max(value))
-    count_stage = _Stage(
-        value=good.astype(dtype),
-        eligible=good,
-        order=_first_of(by_cost, jnp.any(good, axis=1)),
-        lam=jnp.zeros((), dtype),
-        prefer=value,
-        counting=jnp.ones((), bool),
-        step_limit=jnp.asarray(count_steps, jnp.int32),
+    Returns:
+      ``(first_result, second_result)``, each an ``AssignmentResult``.
+    """
+    weight = jnp.asarray(weight)
+    _check(weight, cost, available, budget, tiebreak)
+    chex.assert_type(first, bool)
+    chex.assert_equal_shape([weight, first])
+    solution = _solve(
+        cost,
+        budget,
+        tiebreak,
+        first,
+        (weight, available),
+        first_steps=first_steps,
+        count_steps=count_steps,
+        max_steps=max_steps,
     )
-    lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost, capacity)
-    weighted_stage = _Stage(
-        value=value,
-        eligible=eligible,
-        order=by_cost,
-        lam=lam,
-        prefer=jnp.zeros_like(value),
-        counting=jnp.zeros((), bool),
-        step_limit=jnp.asarray(max_steps, jnp.int32),
-    )
-    # Stages 2 and 3 run as two iterations of one loop around one search, which then compiles
-    # once: the count search, then the weighted search from the better incumbent.
-    stages = jax.tree.map(lambda a, b: jnp.stack([a, b]), count_stage, weighted_stage)
+    return solution.first, solution.second
 
-    def stage(carry, s: _Stage):
-        best_mask, best_value, _ = carry
-        found, path, complete = _search(
-            s.value,
-            s.eligible,
+
+# What ``_solve`` searches in each iteration of its loop: a max-|s| problem (weight 1 on its
+# pairs), and a weighted problem's two searches: its cardinality incumbent on the heavy pairs,
+# then the weighted search.
+_CARDINALITY, _COUNT, _WEIGHTED = 0, 1, 2
+
+
+class _Solution(NamedTuple):
+    """``_solve``'s result: each phase's pairs and whether they are proven optimal."""
+
+    first: AssignmentResult  # the max-|s| phase (no pairs where there is none)
+    second: AssignmentResult  # the weighted phase, in the budget the first one left
+
+
+class _Carry(NamedTuple):
+    first: jax.Array  # bool[N, M]: the max-|s| phase's pairs
+    first_certified: jax.Array  # bool[]
+    mask: jax.Array  # bool[N, M]: the weighted phase's best pairs so far
+    value: jax.Array  # f[]: their weight
+    certified: jax.Array  # bool[]
+
+
+def _solve(cost, budget, tiebreak, first, second, *, first_steps, count_steps, max_steps):
+    """Up to two phases of P2 through one compiled search: the most pairs of ``first`` (bool[N, M]
+    or None) that the budgets admit, then the heaviest pairs of ``second`` (``(weight, available)``
+    or None) in the budget that the first phase leaves.
+
+    The phases' searches are the iterations of one loop (``_CARDINALITY`` with ``first_steps``,
+    then ``_COUNT`` with ``count_steps`` and ``_WEIGHTED`` with ``max_steps``), each setting up
+    its problem from the loop's carry, so that every solver, and a policy that explores then
+    exploits, compiles one search. The weighted phase starts from the better of a density greedy
+    and the count search (``budgeted_assignment``'s stages).
+    """
+    order_ties = tiebreak is not None
+    weights = [] if second is None else [jnp.asarray(second[0])]
+    dtype = jnp.result_type(cost, budget, jnp.float32, *weights)
+    shape = jnp.shape(first if second is None else second[1])
+    unit = jnp.ones(shape, dtype)
+    weight2 = unit if second is None else jnp.asarray(second[0], dtype)
+    available2 = jnp.zeros(shape, bool) if second is None else jnp.asarray(second[1], bool)
+    available1 = jnp.zeros(shape, bool) if first is None else jnp.asarray(first, bool)
+    kinds = ([] if first is None else [_CARDINALITY]) + (
+        [] if second is None else [_COUNT, _WEIGHTED]
+    )
+    limits = {_CARDINALITY: first_steps, _COUNT: count_steps, _WEIGHTED: max_steps}
+    xs = (jnp.asarray(kinds, jnp.int32), jnp.asarray([limits[k] for k in kinds], jnp.int32))
+    cost = jnp.asarray(cost)
+
+    def search(carry: _Carry, x):
+        kind, step_limit = x
+        in_first = kind == _CARDINALITY
+        spent = jnp.sum(jnp.where(carry.first, cost[:, None], 0), axis=0)
+        _, value, cost_s, eligible, capacity, tb = _prepare(
+            jnp.where(in_first, unit, weight2),
             cost,
-            capacity,
+            jnp.where(in_first, available1, available2),
+            jnp.where(in_first, budget, budget - spent),
             tiebreak,
-            jnp.where(s.counting, jnp.zeros((), dtype), best_value),
-            max(count_steps, max_steps),
-            s.order,
-            s.lam,
-            s.prefer,
-            step_limit=s.step_limit,
-            leave_out_last=s.counting,
         )
-        # The count search's solution is kept if it weighs more; the weighted search's whenever
-        # it found one (it only records solutions better than the incumbent).
-        path_value = _path_value(value, path, s.order)
-        use = found & (~s.counting | (path_value > best_value))
-        best_mask = jnp.where(use, _path_mask(path, s.order, value.shape[1]), best_mask)
-        return (best_mask, jnp.where(use, path_value, best_value), complete), None
+        ties = tb if order_ties else None
+        by_cost = _cost_order(cost_s, jnp.any(eligible, axis=1), ties)
+        start_mask, start_value, lam = carry.mask, carry.value, jnp.zeros((), dtype)
+        if second is not None:
+            # The weighted phase's first incumbent, and λ of its reduced weights.
+            by_density, density = _density_order(value, eligible, cost_s, ties)
+            greedy = _density_greedy(value, eligible, cost_s, capacity, tb, by_density)
+            start_mask = jnp.where(kind == _COUNT, greedy[0], start_mask)
+            start_value = jnp.where(kind == _COUNT, greedy[1], start_value)
+            lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost_s, capacity)
+        # The count searches: the most clients on the pairs of at least COUNT_THRESHOLD of the
+        # largest weight (all of them with unit weights), heavier ESs first, "leave out" last.
+        counting = kind != _WEIGHTED
+        good = eligible & (value >= COUNT_THRESHOLD * jnp.max(value))
+        order = jnp.where(counting, _first_of(by_cost, jnp.any(good, axis=1)), by_cost)
+        found, path, complete = _search(
+            jnp.where(counting, good.astype(dtype), value),
+            jnp.where(counting, good, eligible),
+            cost_s,
+            capacity,
+            tb,
+            jnp.where(counting, jnp.zeros((), dtype), start_value),
+            max(limits.values()),
+            order,
+            jnp.where(counting, jnp.zeros((), dtype), lam),
+            jnp.where(counting, value, 0),
+            step_limit=step_limit,
+            leave_out_last=counting,
+        )
+        found_mask = _path_mask(path, order, shape[1]) & found
+        # The weighted search records only solutions better than its incumbent; the count
+        # search's is kept if it weighs more than the greedy's.
+        path_value = _path_value(value, path, order)
+        use = found & ((kind == _WEIGHTED) | (path_value > start_value))
+        mask = jnp.where(use, found_mask, start_mask)
+        certified = complete | _all_best(mask, value)
+        return _Carry(
+            first=jnp.where(in_first, found_mask, carry.first),
+            first_certified=jnp.where(in_first, certified, carry.first_certified),
+            mask=jnp.where(in_first, carry.mask, mask),
+            value=jnp.where(in_first, carry.value, jnp.where(use, path_value, start_value)),
+            certified=jnp.where(kind == _WEIGHTED, certified, carry.certified),
+        ), None
 
-    init = (init_mask, init_value, jnp.zeros((), bool))
-    (mask, _, complete), _ = lax.scan(stage, init, stages)
-    return mask, complete
+    none = jnp.zeros(shape, bool)
+    start = _Carry(none, jnp.ones((), bool), none, jnp.zeros((), dtype), jnp.ones((), bool))
+    out, _ = lax.scan(search, start, xs)
+    return _Solution(
+        first=AssignmentResult(out.first, out.first_certified),
+        second=AssignmentResult(out.mask, out.certified),
+    )
 
 
 def assignment_value(mask, weight) -> jax.Array:

@@ -4,7 +4,8 @@ COCS here, the baselines in ``jfl.policies._cocs_baselines``, the family's regis
 Every policy assigns clients to edge servers (ES) through the shared solver of problem P2
 (eq. 10): each client to at most one covering ES, each ES within its budget, maximising the sum
 of the policy's per-pair weights (``jfl.kernels.assignment``; ``cardinality_assignment`` for the
-max-|s| steps, ``budgeted_assignment`` otherwise). Each selection draws a tie-break from its key,
+max-|s| steps, ``budgeted_assignment`` otherwise, COCS's exploration then exploitation both in
+``two_phase_assignment``). Each selection draws a tie-break from its key,
 so that equal choices are not settled by client or ES index. The policies differ in their
 weights:
 
@@ -38,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jfl.kernels.assignment import budgeted_assignment, cardinality_assignment
+from jfl.kernels.assignment import two_phase_assignment
 from jfl.policies import _cocs_baselines as baselines
 from jfl.policies._cocs_baselines import check_observation, pair_tiebreak
 from jfl.policies.base import HParam, Policy, PolicySpec, check_selection_size, register
@@ -112,21 +113,18 @@ def _cocs(name: str, lookahead: bool):
             under_explored = obs.available & (count <= threshold)
             if lookahead:  # eq. 13's "τ_n^t ≤ τ_dead": this round's outcome, before selecting
                 under_explored &= obs.success_now
-            # Exploration, eqs. 14-15: as many under-explored pairs as the budgets allow.
-            explore = cardinality_assignment(
-                obs.cost, under_explored, obs.budget, tiebreak=tiebreak
-            ).mask
-            spent = jnp.sum(jnp.where(explore, obs.cost[:, None], 0.0), axis=0)
-            # Eqs. 16-18: clients without an under-explored pair share what is left by p̂.
+            # Exploration, eqs. 14-15: as many under-explored pairs as the budgets allow; then
+            # eqs. 16-18: clients without an under-explored pair share what is left by p̂.
             explored_clients = ~jnp.any(under_explored, axis=1, keepdims=True)
-            exploit = budgeted_assignment(
-                estimate,
+            explore, exploit = two_phase_assignment(
                 obs.cost,
+                under_explored,
+                estimate,
                 obs.available & explored_clients,
-                obs.budget - spent,
+                obs.budget,
                 tiebreak=tiebreak,
-            ).mask
-            return explore | exploit
+            )
+            return explore.mask | exploit.mask
 
         def update(state: CocsState, obs, action, feedback, hparams) -> CocsState:
             cube = _cube(obs, hparams)
@@ -151,7 +149,7 @@ Each round, with l the hypercube of the pair's context and K(t) = t^z ln t:
 1. under-explored pairs are the covered ones with C_{n,m}(l) ≤ K(t) (eq. 13, without its
    "τ_n^t ≤ τ_dead", which is not known before selecting: see ``cocs_lookahead``);
 2. exploration: as many under-explored pairs as the budgets allow (max |s|, eqs. 14-15,
-   solved exactly by ``cardinality_assignment``);
+   the first phase of ``two_phase_assignment``: ``cardinality_assignment``'s search);
 3. clients without any under-explored pair then share the remaining budgets by their
    estimates p̂_{n,m}(l) (eqs. 16-17); with no under-explored pair at all this is the
    exploitation step, eq. 18.
