@@ -53,9 +53,7 @@ LONGEST_FIRST = (
     "tests/experiments/test_fl.py",
     "tests/experiments/test_cs_ucb.py",
     "tests/test_reduction.py",
-    "tests/kernels/test_beam.py",
     "tests/envs/test_hfl.py",
-    "tests/kernels/test_packing.py",
     "tests/test_claims_rbcsf.py",
     "tests/test_claims_cs_ucb.py",
 )
