@@ -8,8 +8,7 @@
    (N = 50, M = 3) with unit weights (the max-cardinality step, eq. 14) and with the oracle's
    success probabilities (probability-like weights, eqs. 17-18). Side by side: the earlier greedy
    (``greedy_assignment`` below), ``budgeted_assignment`` and, for unit weights,
-   ``cardinality_assignment``, each also without its last stage ("b&b": the branch and bound
-   alone, without the beam search or the packing check); mean, worst, share optimal, share
+   ``cardinality_assignment`` (each one branch and bound); mean, worst, share optimal, share
    certified.
 2. Time per round: each solver jitted and vmapped over a batch of paper-like instances
    (``random_paper_instances``: weights U[0, 1], costs U[0.5, 2]·U[2, 4], budget 3.5 per ES),
@@ -17,8 +16,7 @@
    runs after compilation.
 3. Compile time (``--sections compile``, not in the default run): each solver, jitted and
    vmapped, lowered and compiled at N = 8 (the tests' size) and N = 50, M = 3, batch 64, with the
-   persistent compilation cache off; the last stages alone (``beam_assignment``,
-   ``largest_packing_prefix``); and COCS's runner as ``bench/bench_rbcsf.py --sections cocs``
+   persistent compilation cache off; and COCS's runner as ``bench/bench_rbcsf.py --sections cocs``
    builds it (hfl MNIST preset, N = 50, M = 3, T = 300, batch 64): its first call (compile and
    run) and its second (run), the compile time being about their difference.
 """
@@ -41,9 +39,7 @@ from jfl.kernels.assignment import (
     budgeted_assignment,
     cardinality_assignment,
 )
-from jfl.kernels.beam import beam_assignment
 from jfl.kernels.order import counting_order, materialise, sort_order
-from jfl.kernels.packing import largest_packing_prefix
 from jfl.kernels.reduce import pairwise_sum
 from jfl.reference.milp_assignment import (
     FAMILIES,
@@ -140,26 +136,14 @@ def _cardinality(weight, cost, available, budget):
     return cardinality_assignment(cost, available, budget)
 
 
-def _budgeted_search_only(weight, cost, available, budget):
-    return budgeted_assignment(weight, cost, available, budget, beam_width=0)
-
-
-def _cardinality_search_only(weight, cost, available, budget):
-    del weight
-    return cardinality_assignment(cost, available, budget, packing_steps=0)
-
-
 def _greedy(weight, cost, available, budget):
     return greedy_assignment(weight, cost, available, budget)
 
 
-# The solvers side by side: the earlier greedy, each solver's branch and bound alone (without
-# the beam stage, or the packing check), and each solver as it is.
+# The solvers side by side: the earlier greedy and the two branch and bounds.
 KERNELS = {
     "old greedy": _greedy,
-    "budgeted b&b": _budgeted_search_only,
     "budgeted": _budgeted,
-    "card. b&b": _cardinality_search_only,
     "cardinality": _cardinality,
 }
 
@@ -222,15 +206,6 @@ def timings(quick):
             )
 
 
-def _beam_alone(weight, cost, available, budget):
-    return beam_assignment(weight, available, cost, budget, weight, jnp.ones((), bool))
-
-
-def _packing_alone(weight, cost, available, budget):
-    del weight, available
-    return largest_packing_prefix(jnp.sort(cost), budget, jnp.zeros((), jnp.int32), budget)
-
-
 def compile_seconds(kernel, instances):
     """(lowering, compilation) seconds of ``jit(vmap(kernel))`` on ``instances``."""
     start = time.perf_counter()
@@ -268,9 +243,8 @@ def cocs_runner_seconds(batch=64, rounds=300):
 def compile_times():
     print("\n3. compile time, jit(vmap(solver)), M = 3, batch 64, persistent cache off")
     jax.config.update("jax_enable_compilation_cache", False)
-    kernels = {**KERNELS, "beam alone": _beam_alone, "packing alone": _packing_alone}
     print(f"{'solver':<16}" + "".join(f"{f'N = {n}: lower, compile (s)':>30}" for n in (8, 50)))
-    for name, kernel in kernels.items():
+    for name, kernel in KERNELS.items():
         cells = []
         for n in (8, 50):
             instances = random_paper_instances(np.random.default_rng(0), 64, n, 3)
