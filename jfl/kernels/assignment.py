@@ -918,12 +918,22 @@ def _solve(cost, budget, tiebreak, first, second, *, first_steps, count_steps, m
         by_cost = _cost_order(cost_s, jnp.any(eligible, axis=1), ties)
         start_mask, start_value, lam = carry.mask, carry.value, jnp.zeros((), dtype)
         if second is not None:
-            # The weighted phase's first incumbent, and λ of its reduced weights.
-            by_density, density = _density_order(value, eligible, cost_s, ties)
-            greedy = _density_greedy(value, eligible, cost_s, capacity, tb, by_density)
-            start_mask = jnp.where(kind == _COUNT, greedy[0], start_mask)
-            start_value = jnp.where(kind == _COUNT, greedy[1], start_value)
-            lam = LAMBDA_SCALE * _critical_density(by_density, density, eligible, cost_s, capacity)
+            # The weighted phase's first incumbent (before its count search), and λ of its
+            # reduced weights (for its weighted search). ``kind`` is the same for every instance
+            # of a batch, so that under ``vmap`` these stay conditionals: run only where needed.
+            def greedy(_):
+                by_density, _ = _density_order(value, eligible, cost_s, ties)
+                return _density_greedy(value, eligible, cost_s, capacity, tb, by_density)
+
+            def price(_):
+                by_density, density = _density_order(value, eligible, cost_s, ties)
+                critical = _critical_density(by_density, density, eligible, cost_s, capacity)
+                return LAMBDA_SCALE * critical
+
+            start_mask, start_value = lax.cond(
+                kind == _COUNT, greedy, lambda _: (start_mask, start_value), None
+            )
+            lam = lax.cond(kind == _WEIGHTED, price, lambda _: lam, None)
         # The count searches: the most clients on the pairs of at least COUNT_THRESHOLD of the
         # largest weight (all of them with unit weights), heavier ESs first, "leave out" last.
         counting = kind != _WEIGHTED
