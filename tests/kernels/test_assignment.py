@@ -31,6 +31,7 @@ from jfl.kernels.assignment import (
     assignment_value,
     budgeted_assignment,
     cardinality_assignment,
+    two_phase_assignment,
 )
 from jfl.reference.milp_assignment import (
     budgeted_numpy,
@@ -832,3 +833,40 @@ def test_tight_packing_spread_over_servers(name):
     assert result.certified.all() and np.all(result.mask.sum(axis=(1, 2)) == 6)
     np.testing.assert_array_equal(np.einsum("bnm,bn->bm", result.mask, cost), 4.0)
     assert set(result.mask[:, 2].argmax(axis=1).tolist()) == {0, 1, 2}
+
+
+# two phases in one program
+# --------------------------------------------------------------------------------------------
+
+
+def test_two_phase_is_the_two_solvers_in_sequence():
+    """``two_phase_assignment``: ``cardinality_assignment`` on the first pairs, then
+    ``budgeted_assignment`` in the budget the first phase's clients leave on each ES, the same
+    masks and flags (with a tie-break, as COCS passes) on random instances: the second phase on the
+    clients without a first-phase pair (COCS's split; then feasible together) or on every covered
+    pair (both phases may hold a pair). The budget left is summed here in float32 in client order,
+    the program's own sum may round its last bit differently: a rare near-tie, as the mirror's."""
+    rng = np.random.default_rng(43)
+    weight, cost, available, budget = random_instances(rng, BATCH, 50, 3)
+    first = available & (rng.random(available.shape) < 0.3)
+    split = rng.random(BATCH) < 0.5
+    second = available & (~split[:, None, None] | ~np.any(first, axis=2, keepdims=True))
+    tiebreak = rng.random(weight.shape).astype(np.float32)
+    two_phase = jax.jit(jax.vmap(two_phase_assignment))
+    explore = solve("cardinality", weight, cost, first, budget, tiebreak)
+    spent = np.zeros(budget.shape, np.float32)
+    for n in range(cost.shape[1]):
+        spent += np.where(explore.mask[:, n], cost[:, n, None], np.float32(0))
+    exploit = solve("budgeted", weight, cost, second, budget - spent, tiebreak)
+    got_first, got_second = (
+        as_numpy(r) for r in two_phase(cost, first, weight, second, budget, tiebreak)
+    )
+    np.testing.assert_array_equal(got_first.mask, explore.mask)
+    np.testing.assert_array_equal(got_first.certified, explore.certified)
+    same = np.all(got_second.mask == exploit.mask, axis=(1, 2))
+    same &= got_second.certified == exploit.certified
+    assert np.sum(~same) <= BATCH // 100, np.sum(~same)
+    # (with COCS's split the phases' clients are apart: one assignment within the budgets)
+    together = AssignmentResult((got_first.mask | got_second.mask)[split], explore.certified[split])
+    objective = np.where(first, np.float32(1), weight)[split]
+    check_feasible(together, objective, cost[split], available[split], budget[split])
