@@ -55,11 +55,6 @@ def doubling_cumsum(x: jax.Array) -> jax.Array:
     return x
 
 
-def prefix_sums(x: jax.Array) -> jax.Array:
-    """``doubling_cumsum`` with a leading zero row: [L + 1, ...]."""
-    return jnp.concatenate([jnp.zeros_like(x[:1]), doubling_cumsum(x)], axis=0)
-
-
 def sequential_sum(x: jax.Array) -> jax.Array:
     """Σ over the last axis of a short static length, left to right (the mirrors' order; an
     elementwise chain, which fuses, unlike a reduce)."""
