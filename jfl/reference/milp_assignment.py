@@ -115,6 +115,17 @@ def _pairwise_sum(x):
 CARDINALITY_STEPS = 8192
 BUDGETED_STEPS = 16384
 COUNT_STEPS = 128
+LARGE_CLIENTS = 256  # above it the default budgets are LARGE_STEPS
+LARGE_STEPS = 256
+
+
+def _steps(num_clients, steps, default):
+    """The kernel's ``default_steps``."""
+    if steps is not None:
+        return steps
+    return default if num_clients <= LARGE_CLIENTS else LARGE_STEPS
+
+
 COUNT_THRESHOLD = 0.5
 LAMBDA_SCALE = 0.5
 
@@ -387,7 +398,7 @@ def budgeted_numpy(
     budget,
     tiebreak=None,
     *,
-    max_steps=BUDGETED_STEPS,
+    max_steps=None,
     count_steps=COUNT_STEPS,
     budget_rtol=BUDGET_RTOL,
 ):
@@ -429,6 +440,7 @@ def budgeted_numpy(
     lam = dtype.type(LAMBDA_SCALE) * _critical_density(
         by_density, density, eligible, cost, capacity
     )
+    max_steps = _steps(len(value), max_steps, BUDGETED_STEPS)
     path, complete, _ = _search(
         value, eligible, cost, capacity, tiebreak, total, max_steps, by_cost, lam
     )
@@ -443,7 +455,7 @@ def cardinality_numpy(
     budget,
     tiebreak=None,
     *,
-    max_steps=CARDINALITY_STEPS,
+    max_steps=None,
     budget_rtol=BUDGET_RTOL,
 ):
     """``jfl.kernels.cardinality_assignment`` as a plain loop: ``(mask, certified)``.
@@ -457,6 +469,7 @@ def cardinality_numpy(
         weight, cost, available, budget, tiebreak, budget_rtol
     )
     order = _cost_order(cost, eligible.any(axis=1), tiebreak)
+    max_steps = _steps(len(value), max_steps, CARDINALITY_STEPS)
     path, complete, _ = _search(
         value, eligible, cost, capacity, tiebreak, dtype.type(0), max_steps, order
     )

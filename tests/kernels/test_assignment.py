@@ -363,8 +363,16 @@ def test_mirror_shares_the_kernels_constants():
         "COUNT_STEPS",
         "COUNT_THRESHOLD",
         "LAMBDA_SCALE",
+        "LARGE_CLIENTS",
+        "LARGE_STEPS",
     ):
         assert getattr(ref, name) == getattr(assignment, name), name
+    for n in (1, 50, 256, 257, 10_000):
+        for steps in (None, 7):
+            for default in (assignment.CARDINALITY_STEPS, assignment.BUDGETED_STEPS):
+                want = assignment.default_steps(n, steps, default)
+                assert ref._steps(n, steps, default) == want
+                assert want == (steps or (default if n <= 256 else assignment.LARGE_STEPS))
 
 
 # --------------------------------------------------------------------------------------------
