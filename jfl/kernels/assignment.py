@@ -47,6 +47,7 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jfl.kernels.order import counting_order, counting_rank, sort_order, sorting_rank
@@ -540,12 +541,18 @@ def _next_option(t: _Tables, row: _Row, node: _Node):
     es_rank = row.rank[:M]
     leaf = (node.depth >= t.count) | (c > _seq_max(R))
     basic = row.eligible & (row.weight > tau) & (c <= R)
-    dup = [jnp.zeros((), bool)] * M
-    for p, (a, b) in enumerate(_es_pairs(M)):
-        alike = row.twin[p] & (R[a] == R[b]) & (tau[a] == tau[b]) & basic[a]
-        dup[b] = dup[b] | (alike & (es_rank[a] < es_rank[b]))
-        dup[a] = dup[a] | (alike & (es_rank[b] < es_rank[a]))
-    ok = basic & ~jnp.stack(dup) & (es_rank >= node.next_option)
+    dup = jnp.zeros((M,), bool)
+    pairs = _es_pairs(M)
+    if pairs:
+        # Over all pairs (a, b) at once: a pair alike here marks the later of its two ESs in the
+        # option order as a duplicate (``first[m, p]``: ES m is pair p's a; ``second``: its b).
+        a, b = (np.array(side) for side in zip(*pairs, strict=True))
+        first, second = (side[None, :] == np.arange(M)[:, None] for side in (a, b))
+        alike = row.twin & (R[a] == R[b]) & (tau[a] == tau[b]) & basic[a]
+        b_later = alike & (es_rank[a] < es_rank[b])
+        a_later = alike & (es_rank[b] < es_rank[a])
+        dup = jnp.any((second & b_later) | (first & a_later), axis=1)
+    ok = basic & ~dup & (es_rank >= node.next_option)
     skip_rank = row.rank[M:]
     ranks = jnp.concatenate(
         [
@@ -940,12 +947,12 @@ def _solve(cost, budget, tiebreak, first, second, *, first_steps, count_steps, m
             # The weighted phase's first incumbent (before its count search), and λ of its
             # reduced weights (for its weighted search). ``kind`` is the same for every instance
             # of a batch, so that under ``vmap`` these stay conditionals: run only where needed.
+            by_density, density = _density_order(value, eligible, cost_s, ties)
+
             def greedy(_):
-                by_density, _ = _density_order(value, eligible, cost_s, ties)
                 return _density_greedy(value, eligible, cost_s, capacity, tb, by_density)
 
             def price(_):
-                by_density, density = _density_order(value, eligible, cost_s, ties)
                 critical = _critical_density(by_density, density, eligible, cost_s, capacity)
                 return LAMBDA_SCALE * critical
 
