@@ -117,6 +117,8 @@ BUDGETED_STEPS = 16384
 COUNT_STEPS = 128
 LARGE_CLIENTS = 256  # above it the default budgets are LARGE_STEPS
 LARGE_STEPS = 256
+COUNT_THRESHOLD = 0.5
+LAMBDA_SCALE = 0.5
 
 
 def _steps(num_clients, steps, default):
@@ -124,10 +126,6 @@ def _steps(num_clients, steps, default):
     if steps is not None:
         return steps
     return default if num_clients <= LARGE_CLIENTS else LARGE_STEPS
-
-
-COUNT_THRESHOLD = 0.5
-LAMBDA_SCALE = 0.5
 
 
 def _prepare(weight, cost, available, budget, tiebreak, budget_rtol):
