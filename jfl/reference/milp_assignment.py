@@ -242,6 +242,72 @@ def _density_greedy(value, eligible, cost, capacity, tiebreak, order):
     return mask, total
 
 
+def _target(n_clients, total_cost):
+    """The kernel's ``_target``: a remaining budget loosened for the count tests."""
+    f = type(total_cost)
+    slack = f(4 * (n_clients + 2) * np.finfo(f).eps)
+
+    def target(r):
+        return f(r + f(slack * f(abs(r) + total_cost)))
+
+    return target
+
+
+def cost_prefix(cs):
+    """The search's prefix sums of the ascending candidate costs ``cs`` (+inf past them), N + 2
+    entries: ``(pall, total_cost)``."""
+    dtype = cs.dtype
+    live = np.isfinite(cs)
+    pall = _prefix(np.where(live, cs, 0).astype(dtype), dtype)
+    pall = np.concatenate([pall, pall[-1:]])
+    pall[int(live.sum()) + 1 :] = np.inf
+    return pall, pall[min(int(live.sum()), len(cs))]
+
+
+def can_pack(cs, pall, start, j, budget, fits, target):
+    """The kernel's packing test (``assignment._can_pack``): whether the j cheapest clients from
+    position ``start`` of the ascending costs ``cs`` (prefix sums ``pall``, +inf past the
+    candidates) may fit into ESs with remaining budgets ``budget``, ES m taking at most
+    ``fits[m]`` of them; ``target`` loosens a budget for rounding. False only if they cannot."""
+    dtype = cs.dtype
+    f = dtype.type
+    N = len(cs)
+    end = min(start + j, N + 1)
+    total = f(pall[end] - pall[start])
+    usable = []
+    for m in range(len(budget)):
+        limit = target(budget[m])
+        single = min(int(np.searchsorted(cs, limit, side="right")) - 1, end - 1)
+        take = max(min(fits[m], single - start + 1, j), 0)
+        if take == 0:
+            usable.append(f(0))
+            continue
+        one = cs[single]
+        if take == 1:
+            usable.append(one)
+        elif take == 2:
+            low = f(limit - cs[min(start, N - 1)])
+            high = min(int(np.searchsorted(cs, low, side="right")) - 1, end - 1)
+            half = min(int(np.searchsorted(cs, f(limit / 2), side="right")) - 1, end - 1)
+            pair = f(cs[high] + cs[max(min(half, high - 1), 0)])
+            usable.append(max(one, min(limit, pair)))
+        else:
+            usable.append(min(limit, f(pall[end] - pall[end - take])))
+    return bool(total <= target(_seq_sum(usable, dtype)))
+
+
+def _needed(gap, vmax, n_clients):
+    """The fewest clients whose weights (each ≤ ``vmax``) could exceed ``gap``, or None where a
+    failed packing test would not bound the gain by ``gap`` (the kernel's ``_needed``)."""
+    f = type(gap)
+    if not vmax > 0:
+        return None
+    need = f(np.floor(f(gap / vmax)) + 1)
+    if not (need >= 1 and f((need - 1) * vmax) <= gap):
+        return None
+    return int(min(need, n_clients))
+
+
 def _search(
     value, eligible, cost, capacity, tiebreak, init_value, max_steps, order, lam=None, prefer=None
 ):
@@ -285,14 +351,8 @@ def _search(
         pc[m, 0] = 0
         rows_m = np.nonzero(E[:, m])[0]
         pc[m, 1 : len(rows_m) + 1] = pre[rows_m + 1, m]
-    pall = _prefix(np.where(live, cs, 0).astype(dtype), dtype)
-    pall = np.concatenate([pall, pall[-1:]])
-    pall[K + 1 :] = inf
-    total_cost = pall[min(K, N)]
-    slack = f(4 * (N + 2) * np.finfo(dtype).eps)
-
-    def target(r):
-        return f(r + f(slack * f(abs(r) + total_cost)))
+    pall, total_cost = cost_prefix(cs)
+    target = _target(N, total_cost)
 
     vnext = _suffix(W, np.maximum)
     vsum = _suffix(W.max(axis=1), np.add)
@@ -300,6 +360,10 @@ def _search(
 
     def twin(d, a, b):
         return np.array_equal(E[d:, a], E[d:, b]) and np.array_equal(W[d:, a], W[d:, b])
+
+    def packs(start, R, fits, gap, vmax):
+        j = _needed(gap, vmax, N)
+        return j is None or can_pack(cs, pall, start, j, R, fits, target)
 
     k = [int(np.sum(pc[m, 1:] <= target(capacity[m]))) for m in range(M)]
     kall = int(np.sum(pall[1:] <= target(_seq_sum(np.maximum(capacity, 0), dtype))))
@@ -368,7 +432,12 @@ def _search(
         better = val2 > best
         if better:
             best, best_path = val2, [*path, choice]
-        descend = d + 1 < K and cnext[d] <= max(R2) and f(val2 + ub) > best
+        descend = (
+            d + 1 < K
+            and cnext[d] <= max(R2)
+            and f(val2 + ub) > best
+            and packs(d + 1, R2, k2, f(best - val2), vn.max())
+        )
         nxt = option + 1
         if descend:
             stack.append((R, tau, val, k, kall, nxt, d))

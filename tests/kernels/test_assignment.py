@@ -33,9 +33,12 @@ from jfl.kernels.assignment import (
     cardinality_assignment,
     two_phase_assignment,
 )
+from jfl.reference.milp_assignment import _target as target
 from jfl.reference.milp_assignment import (
     budgeted_numpy,
+    can_pack,
     cardinality_numpy,
+    cost_prefix,
     exact_assignment,
     hfl_instances,
     optimality_ratios,
@@ -484,6 +487,90 @@ def test_cardinality_matches_bruteforce_on_packings():
             assert np.all(lower[certified] <= count[certified]), name
             if name == "cardinality":
                 assert certified.all()
+
+
+def _packing_test_cases(rng, count):
+    """``count`` packing questions for the search's packing test, N = 12 clients by ascending
+    cost (float32), 1 to 3 ESs: near-perfect packings (each budget split into parts, perturbed
+    slightly either way) and uniform costs, a start depth, and j ≤ 8 clients to pack: mostly
+    as many as the total budget holds. Returns the costs, budgets, starts, counts, and whether
+    the j clients from ``start`` pack (enumeration in float64, the budgets as given)."""
+    n = 12
+    costs, budgets, starts, counts, packs = [], [], [], [], []
+    for row in range(count):
+        m = 1 + row % 3
+        cap = rng.uniform(2, 6, m) if row % 2 else np.full(m, rng.uniform(2, 6))
+        if row % 4 < 3:
+            parts = np.concatenate([c * rng.dirichlet(np.ones(rng.integers(1, 4))) for c in cap])
+            parts *= 1 + rng.uniform(-2e-3, 2e-3, len(parts))
+            extra = rng.uniform(0.3, 3.0, n)
+            items = np.concatenate([parts, extra])[:n]
+        else:
+            items = rng.uniform(0.3, 3.0, n)
+        items = np.sort(items.astype(np.float32))
+        budget = np.full(3, -1.0, np.float32)
+        budget[:m] = cap
+        start = int(rng.integers(0, 4))
+        # (mostly the most clients that the total budget holds: whether they pack is the question)
+        held = np.cumsum(items[start:].astype(np.float64)) <= cap.sum()
+        j = int(np.clip(held.sum() + (row % 5 == 0), 1, 8))
+        window = items[start : start + j].astype(np.float64)
+        sums = np.einsum("akm,k->am", _assignments(len(window), m), window)
+        packs.append(bool(np.any(np.all(sums <= budget[:m].astype(np.float64), axis=1))))
+        costs.append(items), budgets.append(budget), starts.append(start), counts.append(j)
+    return [np.array(x) for x in (costs, budgets, starts, counts, packs)]
+
+
+def _fits(costs, budgets, starts):
+    """How many of the cheapest clients from ``start`` fit into each budget alone (float64)."""
+    fits = np.zeros(budgets.shape, np.int32)
+    for i, (items, budget, start) in enumerate(zip(costs, budgets, starts, strict=True)):
+        prefix = np.cumsum(items[start:].astype(np.float64))
+        fits[i] = [np.sum(prefix <= max(b, -1.0)) for b in budget.astype(np.float64)]
+    return fits
+
+
+def test_packing_test_never_refutes_a_packing():
+    """The search's packing test (``_can_pack``: the j cheapest undecided clients against what
+    each ES can use of them) and its mirror: never False where the clients pack (enumeration),
+    with each ES's exact count or a larger one; with the exact counts they refute most of the
+    sets that do not pack, and half of those that the total budget would hold."""
+    rng = np.random.default_rng(23)
+    costs, budgets, starts, counts, packs = _packing_test_cases(rng, BATCH)
+    fits = _fits(costs, budgets, starts)
+    loose = fits + rng.integers(0, 3, fits.shape).astype(np.int32)  # (any upper bound is valid)
+
+    def kernel(cost, budget, start, j, fits):
+        n = cost.shape[0]
+        ones = jnp.ones((n, 3), cost.dtype)
+        every = jnp.ones((n, 3), bool)
+        tables = assignment._search_tables(
+            ones, every, cost, jnp.zeros((n, 3)), jnp.arange(n), 0.0, ones, True
+        )
+        return assignment._can_pack(tables, start, j, budget * (1 + RTOL), fits)
+
+    run = jax.jit(jax.vmap(kernel))
+    for bound in (fits, loose):
+        got = np.asarray(run(costs, budgets, starts, counts, bound))
+        assert np.all(got[packs]), np.flatnonzero(packs & ~got)
+        roomy = np.array(
+            [
+                c[s : s + j].sum() <= np.maximum(b, 0).sum()
+                for c, b, s, j in zip(costs, budgets, starts, counts, strict=True)
+            ]
+        )
+        if bound is fits:
+            refuted = ~got & ~packs
+            assert refuted.sum() >= 0.8 * (~packs).sum()
+            assert (refuted & roomy).sum() >= 0.5 * (~packs & roomy).sum() > 10
+        for i in range(0, BATCH, 5):
+            cs = costs[i]
+            pall, total_cost = cost_prefix(cs)
+            limit = budgets[i] * np.float32(1 + RTOL)
+            reference = can_pack(
+                cs, pall, starts[i], counts[i], limit, bound[i], target(12, total_cost)
+            )
+            assert reference == got[i], i
 
 
 def padded(instances, n):
