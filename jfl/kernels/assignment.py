@@ -32,7 +32,13 @@ small without losing an optimum:
   can add exceeds the best value found. The bound counts how many of the cheapest undecided
   clients fit into each ES (and into the total remaining budget) and multiplies by their largest
   weights (capped by the sum of their best weights); it is updated in O(M) per step, because with
-  costs ascending one step changes each count by at most one.
+  costs ascending one step changes each count by at most one;
+* packing (in the count searches, unit weights): the fewest undecided clients that could lift
+  the value above the best one must fit, and if any j of them fit so do the j cheapest: their
+  total cost is compared with what each ES can use of them at most (``_can_pack``: the largest
+  single cost or pair that fits where an ES has room for one or two more, the dearest ones
+  elsewhere). Near-perfect packings, where the count bound holds but the last clients would
+  leave too much budget unusable, are refuted early.
 
 A step costs a few gathers of O(M) values and one O(N) select (keeping the best path), plus an
 O(N)·log N setup, so the search runs inside a vmapped ``lax.scan`` runner; under ``vmap`` the
@@ -64,15 +70,16 @@ from jfl.kernels.reduce import sequential_sum as _seq_sum
 BUDGET_RTOL = 1e-6
 
 # Default search budgets (loop iterations: one child generated or one backtrack each), chosen with
-# bench/bench_assignment.py against the MILP on 300 first rounds of the hfl presets per family
-# (N = 50, M = 3; seed 0): with unit weights the cardinality search finished on every MNIST round
-# within 256 steps and on every CIFAR round within 8192 (1024: 98.3%, 2048 and 4096: 99.7%); with
-# the oracle's success probabilities the weighted search found the optimum of every round within
-# 16384 steps and proved it on 99.3% of the CIFAR rounds (8192: 99.3% optimal, worst 0.9943). In
+# bench/bench_assignment.py and the MILP on first rounds of the hfl presets (N = 50, M = 3): with
+# unit weights the cardinality search finished on every MNIST round within 256 steps, and within
+# 8192 on 10,499 of 10,500 CIFAR rounds (seeds 0-20, 500 each; the other one optimal too); with
+# the oracle's success probabilities the weighted search, on 12,000 CIFAR rounds (seeds 0-39, 300
+# each), finished on all but 8 within 32768 steps, two of them below the optimum (0.9954 and
+# 0.9991 of it); within 16384 steps it left 7 of 3,000 unfinished (seeds 0-9), one at 0.9939. In
 # budgeted_assignment COUNT_STEPS go to the cardinality incumbent, BUDGETED_STEPS to the weighted
 # search.
 CARDINALITY_STEPS = 8192
-BUDGETED_STEPS = 16384
+BUDGETED_STEPS = 32768
 COUNT_STEPS = 128
 
 # Above this many clients the default budget of either search is LARGE_STEPS: there a step costs
@@ -255,6 +262,8 @@ class _Tables(NamedTuple):
     count: jax.Array  # i32[]: K, the number of candidates (depths 0 .. K - 1)
     total_cost: jax.Array  # f[]: the candidates' total cost
     cost: jax.Array  # f[N]: the candidates' costs in search order (ascending; +inf past K)
+    # f[2N + 2]: the cost prefix sums of all candidates (as in ``prefix``), then ``cost``
+    sums_and_costs: jax.Array
 
 
 class _Node(NamedTuple):
@@ -326,15 +335,19 @@ def _search(
     lam,
     prefer,
     step_limit,
-    leave_out_last,
+    counting,
 ):
     """Depth-first branch and bound of P2 with at most ``step_limit`` iterations.
 
     ``order``: the clients by ascending cost, those with an eligible pair first (``_cost_order``).
     The options' reduced weights ``value - lam·cost`` order the ESs and "leave out" (reduced
-    weight 0, or last where ``leave_out_last``); ``prefer`` f[N, M] orders ESs of equal reduced
-    weight before the tie-break (larger first). ``lam``, ``step_limit`` and ``leave_out_last``
-    are traced, so that one compiled search runs every stage of ``_solve``.
+    weight 0, or last in a count search, ``counting``); ``prefer`` f[N, M] orders ESs of equal
+    reduced weight before the tie-break (larger first). A count search (unit weights) also runs
+    the packing test (``_can_pack``), which decides its hard rounds, near-perfect packings; in a
+    weighted search it costs more time than the steps it saves. ``lam``, ``step_limit`` and
+    ``counting`` are traced (``counting`` the same for every instance of a batch, so that under
+    ``vmap`` the packing test stays a conditional), so that one compiled search runs every stage
+    of ``_solve``.
 
     Returns ``(found, best_path, complete)``: whether a solution better than ``init_value`` was
     found, its ES per client in search order (-1: left out) as i32[N], and whether the search
@@ -342,7 +355,7 @@ def _search(
     """
     dtype = value.dtype
     n_clients, n_servers = value.shape
-    t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last)
+    t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, counting)
     root = _pack(_root(t, capacity, init_value, n_servers), dtype)
     # The ancestors by depth (row N: where idle instances write), the current node's path (its
     # ES per depth, -1: left out; entries from its depth on are stale) and the best solution's
@@ -359,7 +372,7 @@ def _search(
     # that are done, pays that copy once per block.
     def block(carry):
         def step(_, c):
-            return _step(t, *c, n_servers=n_servers, step_limit=step_limit)
+            return _step(t, *c, n_servers=n_servers, step_limit=step_limit, counting=counting)
 
         return lax.fori_loop(0, STEPS_PER_CHECK, step, carry)
 
@@ -402,7 +415,14 @@ def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_ou
     )
     rows = jnp.concatenate([jnp.reshape(f, (N, -1)).astype(dtype) for f in row], axis=1)
     prefix = jnp.concatenate([pc, pall[None]], axis=0).reshape(-1)
-    return _Tables(rows=rows, prefix=prefix, count=K, total_cost=pall[jnp.minimum(K, N)], cost=cs)
+    return _Tables(
+        rows=rows,
+        prefix=prefix,
+        count=K,
+        total_cost=pall[jnp.minimum(K, N)],
+        cost=cs,
+        sums_and_costs=jnp.concatenate([pall, cs]),
+    )
 
 
 def _option_rank(cs, E, W, TB, lam, leave_out_last, prefer, order):
@@ -485,7 +505,7 @@ def _running(state: _State, step_limit):
     return ~state.done & (state.steps < step_limit)
 
 
-def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit):
+def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit, counting):
     """One step: the current node's next option becomes a child (the next node, unless it is
     pruned), or, where no option is left, a backtrack to the parent. A no-op once done."""
     N, M, dtype = t.rows.shape[0], n_servers, stack.dtype
@@ -501,9 +521,14 @@ def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit):
     descend = has & (d + 1 < t.count) & (row.next_cost <= _seq_max(child.budget))
     best_value = jnp.where(better, child.value, state.best_value)
     bound = child.value + _upper_bound(row, child)
-    j, decided = _needed(best_value - child.value, _seq_max(row.weight_after), N)
-    packs = _can_pack(t, child.depth, j, child.budget, child.fits)
-    descend = descend & (bound > best_value) & (packs | ~decided)
+    descend = descend & (bound > best_value)
+
+    def packing():
+        j, decided = _needed(best_value - child.value, _seq_max(row.weight_after), N)
+        packs = _can_pack(t, child.depth, j, child.budget, child.fits, row.next_cost)
+        return packs | ~decided
+
+    descend = descend & lax.cond(counting, packing, lambda: jnp.ones((), bool))
     # The current node goes to row d of the stack (with its next option), the child's choice to
     # the path. Every read of the stack comes after the write, so that it is done in place.
     here = node._replace(next_option=option + 1)
@@ -609,7 +634,7 @@ def _needed(gap, vmax, n_clients):
     return jnp.clip(jnp.where(decided, need, 1), 1, n_clients).astype(jnp.int32), decided
 
 
-def _can_pack(t: _Tables, start, j, budget, fits):
+def _can_pack(t: _Tables, start, j, budget, fits, cheapest):
     """Whether the j cheapest candidates from depth ``start`` may fit into ESs with remaining
     ``budget``, ES m taking at most ``fits[m]`` of them (False only if they cannot).
 
@@ -623,21 +648,26 @@ def _can_pack(t: _Tables, start, j, budget, fits):
     would leave too much of the budgets unused: with it the max-|s| search finishes the hfl
     CIFAR rounds in a few thousand steps instead of tens of thousands.
     """
-    N = t.rows.shape[0]
-    pall = t.prefix[-(N + 2) :]
+    N, M = t.rows.shape[0], budget.shape[0]
     end = jnp.minimum(start + j, N + 1)
-    total = pall[end] - pall[start]  # (+inf where fewer than j candidates are left)
     limit = _target(t, budget)
-    method = "compare_all" if N <= SMALL_CLIENTS_MAX else "scan"
-    queries = jnp.concatenate([limit, limit - t.cost[jnp.minimum(start, N - 1)], limit / 2])
-    below = jnp.searchsorted(t.cost, queries, side="right", method=method).astype(jnp.int32) - 1
+    # How many candidates cost at most each query: ``limit`` (the dearest that fits alone), what
+    # the cheapest undecided one leaves (the pair's dearer one) and half (its cheaper one).
+    queries = jnp.concatenate([limit, limit - cheapest, limit / 2])
+    below = jnp.sum(t.cost[None, :] <= queries[:, None], axis=1, dtype=jnp.int32) - 1
     single, high, half = jnp.split(jnp.minimum(below, end - 1), 3)
     low = jnp.maximum(jnp.minimum(half, high - 1), 0)
     # (no more clients than fit alone: a bound ``fits`` may be loose)
     take = jnp.clip(jnp.minimum(fits, single - start + 1), 0, j)
-    one = t.cost[single]
-    two = jnp.maximum(one, jnp.minimum(limit, t.cost[high] + t.cost[low]))
-    many = jnp.minimum(limit, pall[end] - pall[jnp.maximum(end - take, 0)])
+    # One gather from the prefix sums (first N + 2 entries) and the costs (N + 2 on).
+    index = jnp.concatenate(
+        [jnp.stack([end, start]), end - take, N + 2 + jnp.concatenate([single, high, low])]
+    )
+    got = t.sums_and_costs[jnp.clip(index, 0, 2 * N + 1)]
+    total = got[0] - got[1]  # (+inf where fewer than j candidates are left)
+    many = jnp.minimum(limit, got[0] - got[2 : 2 + M])
+    one, dearer, cheaper = jnp.split(got[2 + M :], 3)
+    two = jnp.maximum(one, jnp.minimum(limit, dearer + cheaper))
     usable = jnp.where(take == 1, one, jnp.where(take == 2, two, many))
     return total <= _target(t, _seq_sum(jnp.where(take >= 1, usable, 0)))
 
@@ -751,11 +781,11 @@ def cardinality_assignment(
     Exactness: the result is optimal whenever ``certified`` is True: the search finished within
     ``max_steps``, or every covered client got an ES. The problem contains bin packing (is there
     room for the k cheapest clients in M budgets?), and the hard rounds are near-perfect packings
-    whose total slack is a fraction of a percent of the budgets: with M = 3 the search finished
-    within 256 steps on every round measured of the hfl MNIST preset, and within the default
-    8192 on 300 of 300 CIFAR rounds (N = 50; 1024 steps: 98.3%); on 3,500 more it left 10
-    unfinished, 3 of them one client short of the optimum (``certified`` False). Under ``vmap``
-    a batch runs until its slowest instance is done.
+    whose total slack is a fraction of a percent of the budgets, which the search's packing test
+    refutes early: with M = 3 it finished within 256 steps on every round measured of the hfl
+    MNIST preset, and within the default 8192 on 10,499 of 10,500 CIFAR rounds (N = 50), the
+    other one optimal too (``certified`` False there). Under ``vmap`` a batch runs until its
+    slowest instance is done.
 
     Budgets are compared with the relative slack ``BUDGET_RTOL``: the result satisfies
     ``Σ_{n on m} cost[n] ≤ budget[m]·(1 + 1e-6)`` up to float rounding.
@@ -822,11 +852,12 @@ def budgeted_assignment(
     Exactness: optimal whenever ``certified`` is True (the search of stage 3 finished, or every
     client with a positive covered weight sits on an ES of largest weight). Otherwise the best
     assignment found within ``max_steps``. On the hfl presets' rounds with the oracle's success
-    probabilities (N = 50, M = 3, 300 first rounds per preset against ``scipy.optimize.milp``,
-    ``bench/bench_assignment.py``) the search found the optimum of every round within the default
-    16384 steps and proved it on every MNIST round and on 99.3% of the CIFAR rounds, whose budgets
-    hold 4-7 clients (2048 steps: 79% optimal, worst 0.93 of the optimum; 8192: 99.3%, worst
-    0.994). Under ``vmap`` a batch runs until its slowest instance is done.
+    probabilities (N = 50, M = 3, first rounds against ``scipy.optimize.milp``,
+    ``bench/bench_assignment.py``) the search proved the optimum of every MNIST round; the CIFAR
+    rounds, whose budgets hold 4-7 clients, are the hard ones: within the default 32768 steps it
+    finished on 11,992 of 12,000, and the worst of the others reached 0.9954 of the optimum
+    (16384 steps: 0.9939 on one of 3,000). Under ``vmap`` a batch runs until its slowest instance
+    is done.
 
     Budgets are compared with the relative slack ``BUDGET_RTOL``: the result satisfies
     ``Σ_{n on m} cost[n] ≤ budget[m]·(1 + 1e-6)`` up to float rounding. Pairs with weight ≤ 0

@@ -113,7 +113,7 @@ def _pairwise_sum(x):
 
 # The kernel's constants (jfl.kernels.assignment), repeated rather than imported.
 CARDINALITY_STEPS = 8192
-BUDGETED_STEPS = 16384
+BUDGETED_STEPS = 32768
 COUNT_STEPS = 128
 LARGE_CLIENTS = 256  # above it the default budgets are LARGE_STEPS
 LARGE_STEPS = 256
@@ -327,7 +327,8 @@ def _search(
     W = value[order]
     TB = tiebreak[order]
 
-    if lam is None:
+    counting = lam is None  # a count search: "leave out" last, and the packing test
+    if counting:
         lam, skip_red = f(0), -inf
     else:
         lam, skip_red = f(lam), f(0)
@@ -436,7 +437,7 @@ def _search(
             d + 1 < K
             and cnext[d] <= max(R2)
             and f(val2 + ub) > best
-            and packs(d + 1, R2, k2, f(best - val2), vn.max())
+            and (not counting or packs(d + 1, R2, k2, f(best - val2), vn.max()))
         )
         nxt = option + 1
         if descend:
