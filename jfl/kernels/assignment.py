@@ -33,12 +33,11 @@ small without losing an optimum:
   clients fit into each ES (and into the total remaining budget) and multiplies by their largest
   weights (capped by the sum of their best weights); it is updated in O(M) per step, because with
   costs ascending one step changes each count by at most one;
-* packing (in the count searches, unit weights): the fewest undecided clients that could lift
-  the value above the best one must fit, and if any j of them fit so do the j cheapest: their
-  total cost is compared with what each ES can use of them at most (``_can_pack``: the largest
-  single cost or pair that fits where an ES has room for one or two more, the dearest ones
-  elsewhere). Near-perfect packings, where the count bound holds but the last clients would
-  leave too much budget unusable, are refuted early.
+* packing: the fewest undecided clients that could lift the value above the best one must fit,
+  and if any j of them fit so do the j cheapest: their total cost is compared with what each ES
+  can use of them at most (``_can_pack``: the largest single cost or pair that fits where an ES
+  has room for one or two more, the dearest ones elsewhere). Near-perfect packings, where the
+  count bound holds but the last clients would leave too much budget unusable, are refuted early.
 
 A step costs a few gathers of O(M) values and one O(N) select (keeping the best path), plus an
 O(N)·log N setup, so the search runs inside a vmapped ``lax.scan`` runner; under ``vmap`` the
@@ -74,7 +73,7 @@ BUDGET_RTOL = 1e-6
 # unit weights the cardinality search finished on every MNIST round within 256 steps, and within
 # 8192 on 10,499 of 10,500 CIFAR rounds (seeds 0-20, 500 each; the other one optimal too); with
 # the oracle's success probabilities the weighted search, on 12,000 CIFAR rounds (seeds 0-39, 300
-# each), finished on all but 8 within 32768 steps, two of them below the optimum (0.9954 and
+# each), finished on all but 6 within 32768 steps, two of them below the optimum (0.9954 and
 # 0.9991 of it); within 16384 steps it left 7 of 3,000 unfinished (seeds 0-9), one at 0.9939. In
 # budgeted_assignment COUNT_STEPS go to the cardinality incumbent, BUDGETED_STEPS to the weighted
 # search.
@@ -335,19 +334,15 @@ def _search(
     lam,
     prefer,
     step_limit,
-    counting,
+    leave_out_last,
 ):
     """Depth-first branch and bound of P2 with at most ``step_limit`` iterations.
 
     ``order``: the clients by ascending cost, those with an eligible pair first (``_cost_order``).
     The options' reduced weights ``value - lam·cost`` order the ESs and "leave out" (reduced
-    weight 0, or last in a count search, ``counting``); ``prefer`` f[N, M] orders ESs of equal
-    reduced weight before the tie-break (larger first). A count search (unit weights) also runs
-    the packing test (``_can_pack``), which decides its hard rounds, near-perfect packings; in a
-    weighted search it costs more time than the steps it saves. ``lam``, ``step_limit`` and
-    ``counting`` are traced (``counting`` the same for every instance of a batch, so that under
-    ``vmap`` the packing test stays a conditional), so that one compiled search runs every stage
-    of ``_solve``.
+    weight 0, or last where ``leave_out_last``); ``prefer`` f[N, M] orders ESs of equal reduced
+    weight before the tie-break (larger first). ``lam``, ``step_limit`` and ``leave_out_last``
+    are traced, so that one compiled search runs every stage of ``_solve``.
 
     Returns ``(found, best_path, complete)``: whether a solution better than ``init_value`` was
     found, its ES per client in search order (-1: left out) as i32[N], and whether the search
@@ -355,7 +350,7 @@ def _search(
     """
     dtype = value.dtype
     n_clients, n_servers = value.shape
-    t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, counting)
+    t = _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_out_last)
     root = _pack(_root(t, capacity, init_value, n_servers), dtype)
     # The ancestors by depth (row N: where idle instances write), the current node's path (its
     # ES per depth, -1: left out; entries from its depth on are stale) and the best solution's
@@ -372,7 +367,7 @@ def _search(
     # that are done, pays that copy once per block.
     def block(carry):
         def step(_, c):
-            return _step(t, *c, n_servers=n_servers, step_limit=step_limit, counting=counting)
+            return _step(t, *c, n_servers=n_servers, step_limit=step_limit)
 
         return lax.fori_loop(0, STEPS_PER_CHECK, step, carry)
 
@@ -505,7 +500,7 @@ def _running(state: _State, step_limit):
     return ~state.done & (state.steps < step_limit)
 
 
-def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit, counting):
+def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit):
     """One step: the current node's next option becomes a child (the next node, unless it is
     pruned), or, where no option is left, a backtrack to the parent. A no-op once done."""
     N, M, dtype = t.rows.shape[0], n_servers, stack.dtype
@@ -521,14 +516,9 @@ def _step(t: _Tables, packed, stack, path, best_path, *, n_servers, step_limit, 
     descend = has & (d + 1 < t.count) & (row.next_cost <= _seq_max(child.budget))
     best_value = jnp.where(better, child.value, state.best_value)
     bound = child.value + _upper_bound(row, child)
-    descend = descend & (bound > best_value)
-
-    def packing():
-        j, decided = _needed(best_value - child.value, _seq_max(row.weight_after), N)
-        packs = _can_pack(t, child.depth, j, child.budget, child.fits, row.next_cost)
-        return packs | ~decided
-
-    descend = descend & lax.cond(counting, packing, lambda: jnp.ones((), bool))
+    j, decided = _needed(best_value - child.value, _seq_max(row.weight_after), N)
+    packs = _can_pack(t, child.depth, j, child.budget, child.fits, row.next_cost)
+    descend = descend & (bound > best_value) & (packs | ~decided)
     # The current node goes to row d of the stack (with its next option), the child's choice to
     # the path. Every read of the stack comes after the write, so that it is done in place.
     here = node._replace(next_option=option + 1)
@@ -654,7 +644,8 @@ def _can_pack(t: _Tables, start, j, budget, fits, cheapest):
     # How many candidates cost at most each query: ``limit`` (the dearest that fits alone), what
     # the cheapest undecided one leaves (the pair's dearer one) and half (its cheaper one).
     queries = jnp.concatenate([limit, limit - cheapest, limit / 2])
-    below = jnp.sum(t.cost[None, :] <= queries[:, None], axis=1, dtype=jnp.int32) - 1
+    method = "compare_all" if N <= SMALL_CLIENTS_MAX else "scan"  # (O(N) or O(log N) a query)
+    below = jnp.searchsorted(t.cost, queries, side="right", method=method).astype(jnp.int32) - 1
     single, high, half = jnp.split(jnp.minimum(below, end - 1), 3)
     low = jnp.maximum(jnp.minimum(half, high - 1), 0)
     # (no more clients than fit alone: a bound ``fits`` may be loose)
@@ -855,7 +846,7 @@ def budgeted_assignment(
     probabilities (N = 50, M = 3, first rounds against ``scipy.optimize.milp``,
     ``bench/bench_assignment.py``) the search proved the optimum of every MNIST round; the CIFAR
     rounds, whose budgets hold 4-7 clients, are the hard ones: within the default 32768 steps it
-    finished on 11,992 of 12,000, and the worst of the others reached 0.9954 of the optimum
+    finished on 11,994 of 12,000, and the worst of the others reached 0.9954 of the optimum
     (16384 steps: 0.9939 on one of 3,000). Under ``vmap`` a batch runs until its slowest instance
     is done.
 

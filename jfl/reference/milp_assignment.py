@@ -327,8 +327,7 @@ def _search(
     W = value[order]
     TB = tiebreak[order]
 
-    counting = lam is None  # a count search: "leave out" last, and the packing test
-    if counting:
+    if lam is None:  # a count search: "leave out" last
         lam, skip_red = f(0), -inf
     else:
         lam, skip_red = f(lam), f(0)
@@ -437,7 +436,7 @@ def _search(
             d + 1 < K
             and cnext[d] <= max(R2)
             and f(val2 + ub) > best
-            and (not counting or packs(d + 1, R2, k2, f(best - val2), vn.max()))
+            and packs(d + 1, R2, k2, f(best - val2), vn.max())
         )
         nxt = option + 1
         if descend:
