@@ -260,8 +260,8 @@ class _Tables(NamedTuple):
     prefix: jax.Array
     count: jax.Array  # i32[]: K, the number of candidates (depths 0 .. K - 1)
     total_cost: jax.Array  # f[]: the candidates' total cost
-    cost: jax.Array  # f[N]: the candidates' costs in search order (ascending; +inf past K)
-    # f[2N + 2]: the cost prefix sums of all candidates (as in ``prefix``), then ``cost``
+    # f[2N + 2]: the cost prefix sums of all candidates (as in ``prefix``), then the candidates'
+    # costs in search order (ascending; +inf past K)
     sums_and_costs: jax.Array
 
 
@@ -415,7 +415,6 @@ def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_ou
         prefix=prefix,
         count=K,
         total_cost=pall[jnp.minimum(K, N)],
-        cost=cs,
         sums_and_costs=jnp.concatenate([pall, cs]),
     )
 
@@ -645,7 +644,8 @@ def _can_pack(t: _Tables, start, j, budget, fits, cheapest):
     # the cheapest undecided one leaves (the pair's dearer one) and half (its cheaper one).
     queries = jnp.concatenate([limit, limit - cheapest, limit / 2])
     method = "compare_all" if N <= SMALL_CLIENTS_MAX else "scan"  # (O(N) or O(log N) a query)
-    below = jnp.searchsorted(t.cost, queries, side="right", method=method).astype(jnp.int32) - 1
+    costs = t.sums_and_costs[N + 2 :]
+    below = jnp.searchsorted(costs, queries, side="right", method=method).astype(jnp.int32) - 1
     single, high, half = jnp.split(jnp.minimum(below, end - 1), 3)
     low = jnp.maximum(jnp.minimum(half, high - 1), 0)
     # (no more clients than fit alone: a bound ``fits`` may be loose)

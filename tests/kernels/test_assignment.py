@@ -526,7 +526,7 @@ def _fits(costs, budgets, starts):
     fits = np.zeros(budgets.shape, np.int32)
     for i, (items, budget, start) in enumerate(zip(costs, budgets, starts, strict=True)):
         prefix = np.cumsum(items[start:].astype(np.float64))
-        fits[i] = [np.sum(prefix <= max(b, -1.0)) for b in budget.astype(np.float64)]
+        fits[i] = [np.sum(prefix <= b) for b in budget.astype(np.float64)]
     return fits
 
 
