@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jfl.envs.base import Environment
+from jfl.kernels import prng
+from jfl.kernels.batching import batched_like
 from jfl.outputs import (
     CLIENT,
     CORE_OUTPUTS,
@@ -170,7 +172,7 @@ def make_run(
         )
         one_round = functools.partial(_one_round, setup, params, data, hparams)
         # All per-round keys up front: splitting inside the loop costs a PRNG call per round.
-        keys = jax.random.split(k_rounds, (num_rounds, 2))
+        keys = prng.split(k_rounds, (num_rounds, 2))
         rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
         xs = (keys[:, 0], keys[:, 1], rounds)
         if learner is None:
@@ -212,12 +214,22 @@ def _initial_carry(s: _Setup, params, k_reset, k_init, k_learn, data, hparams):
         # split(·, 3)[:2] == split(·, 2): the probe keys change no earlier draw.
         k_model, k_train, k_probe = jax.random.split(k_learn[0], 3)
         training = _initial_training(s.learner.init(k_model, data, hparams))
+    # What each run owns, batched from the start: under vmap the rounds' scan then traces its
+    # body once, not twice (``batched_like``; these would come out batched after one round).
+    policy_state, count, tracked = batched_like(
+        (
+            s.policy.init(k_init, hparams),
+            jnp.zeros(num_clients, jnp.int32),
+            tuple(tracker.init(num_clients, hparams) for tracker in s.trackers),
+        ),
+        (k_init, hparams),
+    )
     carry = Carry(
         obs=obs,
         env_state=env_state,
-        policy_state=s.policy.init(k_init, hparams),
-        count=jnp.zeros(num_clients, jnp.int32),
-        tracked=tuple(tracker.init(num_clients, hparams) for tracker in s.trackers),
+        policy_state=policy_state,
+        count=count,
+        tracked=tracked,
         training=training,
     )
     return carry, k_train, k_probe

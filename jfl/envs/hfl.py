@@ -68,6 +68,7 @@ from jfl.envs.hfl_context import (
     context_table,
     success_probability_context,
 )
+from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE
 
@@ -504,7 +505,7 @@ class HflEnv(Environment):
         # One PRNG call per round for everything (a rolled threefry loop per call on CPU). The
         # draws are moved to the cell midpoints (k + 1/2)·ε of JAX's uniform grid, strictly inside
         # (0, 1): the Gaussian quantile and the exponential draw stay finite.
-        u = jax.random.uniform(key, (params.num_clients, columns), params.dtype)
+        u = uniform(key, (params.num_clients, columns), params.dtype)
         return u + 0.5 * jnp.finfo(params.dtype).eps
 
     def _conditions(self, u, params: HflParams) -> Conditions:

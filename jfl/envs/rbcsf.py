@@ -22,6 +22,7 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs.base import Environment, client_classes
+from jfl.kernels.prng import uniform
 
 
 @struct.dataclass
@@ -227,7 +228,7 @@ class RbcsfEnv(Environment):
     def _uniforms(self, key, params: RbcsfParams, rows: int):
         # One PRNG call per round for everything: each call is a rolled threefry loop on CPU,
         # so fewer, larger calls are markedly faster than one call per quantity.
-        return jax.random.uniform(key, (rows, params.num_clients), params.theta.dtype)
+        return uniform(key, (rows, params.num_clients), params.theta.dtype)
 
     def draw_conditions(self, key, params: RbcsfParams) -> Conditions:
         """μ ~ U[cpu_low, cpu_high], B ~ U[bandwidth_low, bandwidth_high], I ~ Bernoulli(p)."""

@@ -28,6 +28,7 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs.base import Environment, client_classes
+from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE
 
@@ -125,7 +126,7 @@ class VolatileEnv(Environment):
     def step(self, key, state: VolatileState, action, params: VolatileParams):
         """Play ``action`` (bool[N]): each selected client succeeds with its probability; the
         next round's availability is drawn. One PRNG call: row 0 success, row 1 availability."""
-        u = jax.random.uniform(key, (2, params.num_clients), params.availability.dtype)
+        u = uniform(key, (2, params.num_clients), params.availability.dtype)
         success = jnp.asarray(action, bool) & (u[0] < params.success_probability)
         dtype = params.availability.dtype
         feedback = Feedback(

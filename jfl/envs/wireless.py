@@ -33,6 +33,7 @@ from flax import struct
 from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment
+from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 
@@ -335,11 +336,11 @@ class WirelessEnv(Environment):
         """Play ``action`` (bool[K]); return the next observation and this round's feedback."""
         # One PRNG call per round: fading both ways, computing speed, next round's availability
         # (a second one for the other coherence slots' fades, so that L = 1 keeps its bits).
-        uniforms = jax.random.uniform(key, (4, params.num_clients), params.phi_low.dtype)
+        uniforms = uniform(key, (4, params.num_clients), params.phi_low.dtype)
         draws = uniforms[:3]
         if params.coherence_slots > 1:
             shape = (num_draws(params) - 3, params.num_clients)
-            more = jax.random.uniform(jax.random.fold_in(key, 1), shape, params.phi_low.dtype)
+            more = uniform(jax.random.fold_in(key, 1), shape, params.phi_low.dtype)
             draws = jnp.concatenate([draws, more])
         time, failed = _times_given_snr(draws, state.snr, params)
         action = jnp.asarray(action, bool)
@@ -385,7 +386,7 @@ def reward_statistics(key, params: WirelessParams, distance, num_samples: int = 
 
     def one_batch(k):
         shape = (batch, num_draws(params), params.num_clients)
-        u = jax.random.uniform(k, shape, params.phi_low.dtype)
+        u = uniform(k, shape, params.phi_low.dtype)
         time, failed = jax.vmap(client_times, in_axes=(0, None, None))(u, distance, params)
         return jnp.sum(1.0 - time / params.tau_max, axis=0), jnp.sum(failed, axis=0)
 

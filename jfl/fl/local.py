@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from jfl.fl.sketch import flat_rows, sketch
+from jfl.kernels.prng import uniform
 from jfl.kernels.reduce import pairwise_sum
 
 # The signals ``local_signals`` computes in one pass over every client's samples.
@@ -86,7 +87,7 @@ def shuffled_positions(key, mask):
     Per-position uniforms are prefix-consistent (threefry is partitionable), so the order of the
     real samples does not depend on how much padding follows them.
     """
-    u = jax.random.uniform(key, mask.shape)
+    u = uniform(key, mask.shape)
     return jnp.argsort(jnp.where(mask, u, 2.0))
 
 

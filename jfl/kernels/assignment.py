@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jfl.kernels.batching import batched_like
 from jfl.kernels.order import counting_order, counting_rank, sort_order, sorting_rank
 from jfl.kernels.reduce import doubling_cumsum, pairwise_sum
 from jfl.kernels.reduce import sequential_max as _seq_max
@@ -371,7 +372,9 @@ def _search(
 
         return lax.fori_loop(0, STEPS_PER_CHECK, step, carry)
 
-    packed, _, _, best_path = lax.while_loop(running, block, (root, stack, path, path))
+    # (the stack and paths start unbatched: see ``batched_like``)
+    carry = batched_like((root, stack, path, path), [t.rows, capacity, init_value, step_limit])
+    packed, _, _, best_path = lax.while_loop(running, block, carry)
     state = _unpack_state(packed, n_servers)
     return state.found, best_path[:n_clients], state.done
 
@@ -1052,6 +1055,8 @@ def _solve(cost, budget, tiebreak, first, second, *, first_steps, count_steps, m
 
     none = jnp.zeros(shape, bool)
     start = _Carry(none, jnp.ones((), bool), none, jnp.zeros((), dtype), jnp.ones((), bool))
+    # (one trace of the searches under vmap: see ``batched_like``)
+    start = batched_like(start, [cost, budget, tiebreak, weight2, available1, available2])
     out, _ = lax.scan(search, start, xs)
     return _Solution(
         first=AssignmentResult(out.first, out.first_certified),

@@ -31,6 +31,7 @@ from jfl.kernels import (
     ucb_bonus,
 )
 from jfl.kernels.assignment import BUDGET_RTOL, budgeted_assignment, cardinality_assignment
+from jfl.kernels.prng import uniform
 from jfl.kernels.ridge import RidgeState
 from jfl.policies.base import Policy, check_selection_size, stateless
 
@@ -91,7 +92,7 @@ def check_observation(name: str, obs, num_clients: int, num_servers: int, contex
 def pair_tiebreak(key, obs):
     """One uniform draw per pair from the selection's key: equal choices are then not settled
     by client or ES index."""
-    return jax.random.uniform(key, obs.available.shape, obs.cost.dtype)
+    return uniform(key, obs.available.shape, obs.cost.dtype)
 
 
 def assign(weight, obs, tiebreak):

@@ -51,6 +51,7 @@ from jfl import checks
 from jfl.kernels import random_priority, selection_count, topk_mask
 from jfl.kernels.linkage import pairwise_distances
 from jfl.kernels.order import materialise
+from jfl.kernels.prng import uniform
 from jfl.kernels.reduce import pairwise_sum
 from jfl.policies.base import (
     SKETCH_DIM,
@@ -176,7 +177,7 @@ def divfl(
         covered = jnp.ones_like(available) if cover == "all" else available
         if not stochastic:
             return facility_location_greedy(distance, available, covered, k, state.priority, m)
-        noise = jax.random.uniform(key, (m, num_clients))
+        noise = uniform(key, (m, num_clients))
         size = subset_size(available, k, hparams)
         return facility_location_greedy(
             distance, available, covered, k, state.priority, m, noise, size
