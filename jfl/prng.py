@@ -1,4 +1,5 @@
-"""Faster threefry on CPU: the same bits, lowered without a rolled loop (opt-in).
+"""Faster threefry on CPU, with the same bits: draws of several axes made flat, and a lowering
+without a rolled loop (opt-in).
 
 JAX lowers the threefry hash on CPU as a 5-step rolled loop (to keep compile times short). In a
 vmapped simulation that draws every round, the loop's per-step copies dominate the cost of the
@@ -11,11 +12,31 @@ Importing jfl changes nothing: the sweep driver calls :func:`use_unrolled_threef
 a sweep runs with ``--no-fast-prng``), and so may a user's own script. ``JFL_ROLLED_THREEFRY=1``
 makes the call a no-op. Programs compiled before the call keep the lowering they were compiled
 with.
+
+XLA:CPU compiles a threefry call of rank ≥ 2 into far larger kernels than the same call on one
+flat vector (vmapped over 64 keys, 2 cores, JAX's rolled lowering: ``uniform(key, (50, 17))``
+0.68 s against 0.23 s; ``split(key, (300, 2))`` 0.37 s against 0.17 s, and 0.39 s against 0.18
+s with the unrolled one). The bits of a call depend only on its number of elements (JAX counts
+them in the flattened order, with or without ``jax_threefry_partitionable``), so ``uniform``
+and ``split`` draw flat and reshape: the same values, less to compile.
 """
 
 from __future__ import annotations
 
+import math
 import os
+
+import jax
+
+
+def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jax.numpy.float32) -> jax.Array:
+    """``jax.random.uniform(key, shape, dtype)``, bit for bit, drawn flat: U[0, 1) of ``shape``."""
+    return jax.random.uniform(key, (math.prod(shape),), dtype).reshape(shape)
+
+
+def split(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``jax.random.split(key, shape)``, the same keys, split flat: keys of ``shape``."""
+    return jax.random.split(key, math.prod(shape)).reshape(shape)
 
 
 def use_unrolled_threefry_on_cpu() -> bool:

@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jfl import prng
 from jfl.envs.base import Environment
-from jfl.kernels import prng
 from jfl.kernels.batching import batched_like
 from jfl.outputs import (
     CLIENT,

@@ -68,8 +68,8 @@ from jfl.envs.hfl_context import (
     context_table,
     success_probability_context,
 )
-from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
+from jfl.prng import uniform
 from jfl.stats import NONNEGATIVE
 
 __all__ = [

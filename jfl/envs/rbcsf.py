@@ -22,7 +22,7 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs.base import Environment, client_classes
-from jfl.kernels.prng import uniform
+from jfl.prng import uniform
 
 
 @struct.dataclass

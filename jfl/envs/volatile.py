@@ -28,8 +28,8 @@ from flax import struct
 
 from jfl.checks import in_range
 from jfl.envs.base import Environment, client_classes
-from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
+from jfl.prng import uniform
 from jfl.stats import NONNEGATIVE
 
 # §VI of the paper: four equal classes of clients with these success rates, K = 100, k = 20.

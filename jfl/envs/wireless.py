@@ -33,8 +33,8 @@ from flax import struct
 from jfl.checks import in_range
 from jfl.envs import channel
 from jfl.envs.base import Environment
-from jfl.kernels.prng import uniform
 from jfl.outputs import Metric
+from jfl.prng import uniform
 from jfl.stats import NONNEGATIVE, UNIT_INTERVAL
 
 # The paper's round deadline (§V-A: "the maximal interval τ_max = 5 seconds"). With its other

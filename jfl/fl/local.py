@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import optax
 
 from jfl.fl.sketch import flat_rows, sketch
-from jfl.kernels.prng import uniform
 from jfl.kernels.reduce import pairwise_sum
+from jfl.prng import uniform
 
 # The signals ``local_signals`` computes in one pass over every client's samples.
 FULL_PASS_SIGNALS = frozenset({"local_accuracy", "local_loss", "local_loss_sq", "data_size"})

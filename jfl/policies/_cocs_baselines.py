@@ -31,9 +31,9 @@ from jfl.kernels import (
     ucb_bonus,
 )
 from jfl.kernels.assignment import BUDGET_RTOL, budgeted_assignment, cardinality_assignment
-from jfl.kernels.prng import uniform
 from jfl.kernels.ridge import RidgeState
 from jfl.policies.base import Policy, check_selection_size, stateless
+from jfl.prng import uniform
 
 # CUCB's confidence scale: index = mean + scale·sqrt(1.5 ln t / count) (Chen et al.'s CUCB).
 UCB_SCALE = 1.5

@@ -51,7 +51,6 @@ from jfl import checks
 from jfl.kernels import random_priority, selection_count, topk_mask
 from jfl.kernels.linkage import pairwise_distances
 from jfl.kernels.order import materialise
-from jfl.kernels.prng import uniform
 from jfl.kernels.reduce import pairwise_sum
 from jfl.policies.base import (
     SKETCH_DIM,
@@ -62,6 +61,7 @@ from jfl.policies.base import (
     check_sketch,
     register,
 )
+from jfl.prng import uniform
 
 COVERS = ("all", "available")
 # Candidates whose value is within this relative distance of the best count as tied: facility
