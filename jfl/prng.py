@@ -27,9 +27,10 @@ import math
 import os
 
 import jax
+import jax.numpy as jnp
 
 
-def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jax.numpy.float32) -> jax.Array:
+def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
     """``jax.random.uniform(key, shape, dtype)``, bit for bit, drawn flat: U[0, 1) of ``shape``."""
     return jax.random.uniform(key, (math.prod(shape),), dtype).reshape(shape)
 

@@ -17,6 +17,8 @@ def batched_like(tree, inputs):
     their key data): under ``vmap`` batched wherever one of them is. ``select(p, x, x)``, which
     XLA folds away."""
     firsts = [jnp.ravel(_numeric(x))[:1].astype(jnp.float32) for x in jax.tree.leaves(inputs)]
+    if not firsts:
+        return tree
     p = jnp.sum(jnp.concatenate(firsts)) > 0  # (any value will do: both cases are x)
     return jax.tree.map(lambda x: jnp.where(p, x, x), tree)
 

@@ -14,7 +14,7 @@ from jfl.kernels.batching import batched_like
 def test_values_unchanged():
     key = jax.random.key(0)
     tree = (jnp.arange(3.0), jnp.zeros((0, 2), bool), jnp.int32(7), key)
-    for inputs in ([jnp.zeros(0)], [key, jnp.array([-1.0, jnp.nan])], {"a": jnp.ones(2)}):
+    for inputs in ([jnp.zeros(0)], [key, jnp.array([-1.0, jnp.nan])], {"a": jnp.ones(2)}, []):
         out = batched_like(tree, inputs)
         for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(tree), strict=True):
             assert got.dtype == want.dtype and got.shape == want.shape
