@@ -256,14 +256,12 @@ class _Tables(NamedTuple):
 
     # f[N, F]: the ``_Row`` of every depth, packed (a step then costs one gather, not eleven)
     rows: jax.Array
-    # f[(M + 1)·(N + 2)]: cost prefix sums of each ES's list of clients (slot s: its s cheapest;
-    # +inf past the list), then of all candidates
+    # f[(M + 1)·(N + 2) + N]: cost prefix sums of each ES's list of clients (slot s: its s
+    # cheapest; +inf past the list), then of all candidates, then the candidates' costs in search
+    # order (ascending; +inf past K): one table, so that the packing test reads it in one gather
     prefix: jax.Array
     count: jax.Array  # i32[]: K, the number of candidates (depths 0 .. K - 1)
     total_cost: jax.Array  # f[]: the candidates' total cost
-    # f[2N + 2]: the cost prefix sums of all candidates (as in ``prefix``), then the candidates'
-    # costs in search order (ascending; +inf past K)
-    sums_and_costs: jax.Array
 
 
 class _Node(NamedTuple):
@@ -412,14 +410,8 @@ def _search_tables(value, eligible, cost, tiebreak, order, lam, prefer, leave_ou
         all_cost=pall[1 : N + 1],
     )
     rows = jnp.concatenate([jnp.reshape(f, (N, -1)).astype(dtype) for f in row], axis=1)
-    prefix = jnp.concatenate([pc, pall[None]], axis=0).reshape(-1)
-    return _Tables(
-        rows=rows,
-        prefix=prefix,
-        count=K,
-        total_cost=pall[jnp.minimum(K, N)],
-        sums_and_costs=jnp.concatenate([pall, cs]),
-    )
+    prefix = jnp.concatenate([pc.reshape(-1), pall, cs])
+    return _Tables(rows=rows, prefix=prefix, count=K, total_cost=pall[jnp.minimum(K, N)])
 
 
 def _option_rank(cs, E, W, TB, lam, leave_out_last, prefer, order):
@@ -475,7 +467,8 @@ def _root(t: _Tables, capacity, init_value, n_servers) -> _State:
     """The search at its root: every ES's whole budget, nothing decided."""
     N, M = t.rows.shape[0], n_servers
     dtype = capacity.dtype
-    pc, pall = t.prefix.reshape(M + 1, N + 2)[:M], t.prefix[M * (N + 2) :]
+    pc = t.prefix[: M * (N + 2)].reshape(M, N + 2)
+    pall = t.prefix[M * (N + 2) : (M + 1) * (N + 2)]
     fits = jnp.sum(pc[:, 1:] <= _target(t, capacity)[:, None], axis=1, dtype=jnp.int32)
     # (an ES with a negative budget adds nothing to the pool)
     pool = _target(t, _seq_sum(jnp.maximum(capacity, 0)))
@@ -647,7 +640,8 @@ def _can_pack(t: _Tables, start, j, budget, fits, cheapest):
     # the cheapest undecided one leaves (the pair's dearer one) and half (its cheaper one).
     queries = jnp.concatenate([limit, limit - cheapest, limit / 2])
     method = "compare_all" if N <= SMALL_CLIENTS_MAX else "scan"  # (O(N) or O(log N) a query)
-    costs = t.sums_and_costs[N + 2 :]
+    sums_and_costs = t.prefix[M * (N + 2) :]  # (all candidates' prefix sums, then their costs)
+    costs = sums_and_costs[N + 2 :]
     below = jnp.searchsorted(costs, queries, side="right", method=method).astype(jnp.int32) - 1
     single, high, half = jnp.split(jnp.minimum(below, end - 1), 3)
     low = jnp.maximum(jnp.minimum(half, high - 1), 0)
@@ -657,7 +651,7 @@ def _can_pack(t: _Tables, start, j, budget, fits, cheapest):
     index = jnp.concatenate(
         [jnp.stack([end, start]), end - take, N + 2 + jnp.concatenate([single, high, low])]
     )
-    got = t.sums_and_costs[jnp.clip(index, 0, 2 * N + 1)]
+    got = sums_and_costs[jnp.clip(index, 0, 2 * N + 1)]
     total = got[0] - got[1]  # (+inf where fewer than j candidates are left)
     many = jnp.minimum(limit, got[0] - got[2 : 2 + M])
     one, dearer, cheaper = jnp.split(got[2 + M :], 3)
