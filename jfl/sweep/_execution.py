@@ -272,14 +272,23 @@ def _interruptible(fn: Callable, *args):
 def _drain(writer: ThreadPoolExecutor) -> None:
     """Wait until every submitted chunk is written, even through a Ctrl-C that lands in the
     wait (raised again afterwards): otherwise a chunk would be finished after the interrupt
-    message had counted the chunks on disk."""
-    interrupted = False
+    message had counted the chunks on disk.
+
+    The wait is on a no-op job queued behind the writes (one worker: it runs last), not on
+    ``shutdown(wait=True)``: in CPython 3.11 a KeyboardInterrupt inside ``Thread.join`` can
+    mark the still-running thread as stopped, and a second join then returns at once
+    (CPython issue gh-90882). Waiting on a future is safe to repeat, and a write whose
+    ``submit`` was interrupted after queueing it is waited for too."""
+    interrupted, last = False, None
     while True:
         try:
-            writer.shutdown(wait=True)
+            if last is None:
+                last = writer.submit(lambda: None)
+            last.result()
             break
         except KeyboardInterrupt:
             interrupted = True
+    writer.shutdown(wait=False)  # idle: its thread ends on its own
     if interrupted:
         raise KeyboardInterrupt
 

@@ -30,6 +30,34 @@ def test_a_ctrl_c_in_the_final_wait_still_lets_every_chunk_finish_writing(tmp_pa
     assert done.exists()
 
 
+def test_a_real_sigint_in_the_final_wait_still_lets_the_write_finish(tmp_path):
+    """The same with a real SIGINT while the main thread waits for the writer: in CPython 3.11
+    an interrupted ``Thread.join`` marks the running thread as stopped (gh-90882), so a drain
+    that joined the writer's thread again returned while the chunk was still being written."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("the tests run on the main thread, where signals are delivered")
+    writer, done, started = ThreadPoolExecutor(max_workers=1), tmp_path / "written", []
+
+    def write():
+        started.append(time.monotonic())
+        time.sleep(0.6)
+        done.touch()
+
+    writer.submit(write)
+    main = threading.main_thread().ident
+    threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _execution._drain(writer)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert started and done.exists()
+
+
 def test_under_the_command_line_device_waits_leave_the_main_thread_free_for_ctrl_c(monkeypatch):
     """With the command line's Ctrl-C handler (``WAIT_OFF_MAIN``), a chunk's wait runs on a
     thread of its own: a SIGINT raises KeyboardInterrupt on the main thread while the wait is
