@@ -2,8 +2,9 @@
 
 ``budgeted_assignment`` and ``cardinality_assignment`` run under ``jit(vmap(...))`` on batches of
 random float32 instances (ties in weights and costs, zero and negative weights, empty coverage,
-zero, negative, tight, huge and infinite budgets). They are checked for feasibility everywhere,
-mask by mask against their plain-loop mirrors ``budgeted_numpy`` / ``cardinality_numpy``, for
+zero, negative, tight, huge and infinite budgets; 4096-step searches, ``STEPS``). They are
+checked for feasibility everywhere, mask by mask against their plain-loop mirrors
+``budgeted_numpy`` / ``cardinality_numpy`` (at the default budgets on the CIFAR rounds), for
 exactness against the MILP (``exact_assignment``) where they certify it, against enumeration on
 small bin-packing instances (the max-|s| problem with uniform coverage), for the optimality ratio
 on rounds of the ``hfl`` environment (on the CIFAR preset's, the hardest: optimal with
