@@ -11,51 +11,62 @@ from jfl.sweep import _execution
 
 
 def test_a_ctrl_c_in_the_final_wait_still_lets_every_chunk_finish_writing(tmp_path):
-    """A Ctrl-C that interrupts the wait for the chunk writer is raised only once the chunk in
-    the writer is on disk: the interrupt message counts what the process leaves behind."""
-
-    class InterruptedOnce(ThreadPoolExecutor):
-        interrupts = 1
-
-        def shutdown(self, wait=True, **kwargs):
-            if self.interrupts:
-                self.interrupts -= 1
-                raise KeyboardInterrupt
-            super().shutdown(wait, **kwargs)
-
-    writer, done = InterruptedOnce(max_workers=1), tmp_path / "written"
-    writer.submit(lambda: (time.sleep(0.2), done.touch()))
-    with pytest.raises(KeyboardInterrupt):
-        _execution._drain(writer)
-    assert done.exists()
-
-
-def test_a_real_sigint_in_the_final_wait_still_lets_the_write_finish(tmp_path):
-    """The same with a real SIGINT while the main thread waits for the writer: in CPython 3.11
-    an interrupted ``Thread.join`` marks the running thread as stopped (gh-90882), so a drain
-    that joined the writer's thread again returned while the chunk was still being written."""
+    """A real SIGINT while the main thread waits for the chunk writer: the KeyboardInterrupt is
+    raised only once the chunk in the writer is on disk, so the interrupt message counts what
+    the process leaves behind. (In CPython 3.11 an interrupted ``Thread.join`` marks the running
+    thread as stopped, gh-90882: a drain that joined the writer's thread again returned while
+    the chunk was still being written.)"""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         pytest.fail("the tests run on the main thread, where signals are delivered")
-    writer, done, started = ThreadPoolExecutor(max_workers=1), tmp_path / "written", []
+    writer, done, release = (
+        ThreadPoolExecutor(max_workers=1),
+        tmp_path / "written",
+        threading.Event(),
+    )
 
-    def write():
-        started.append(time.monotonic())
-        time.sleep(0.6)
+    def write():  # finishes only after the signal was sent, while the drain waits
+        release.wait(60)
+        time.sleep(0.3)
         done.touch()
 
+    def interrupt():
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        release.set()
+
     writer.submit(write)
-    main = threading.main_thread().ident
-    threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        threading.Timer(0.2, interrupt).start()
         with pytest.raises(KeyboardInterrupt):
             _execution._drain(writer)
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert started and done.exists()
+    assert done.exists()
+
+
+def test_a_ctrl_c_in_the_drains_own_submit_still_waits_for_every_write(tmp_path):
+    """A Ctrl-C inside the drain's ``submit`` after the job was queued: the drain submits again
+    and waits for that one, behind the write."""
+
+    class InterruptedOnce(ThreadPoolExecutor):
+        interrupts = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            future = super().submit(fn, *args, **kwargs)
+            if self.interrupts:
+                self.interrupts -= 1
+                raise KeyboardInterrupt
+            return future
+
+    writer, done = InterruptedOnce(max_workers=1), tmp_path / "written"
+    writer.submit(lambda: (time.sleep(0.3), done.touch()))
+    writer.interrupts = 1
+    with pytest.raises(KeyboardInterrupt):
+        _execution._drain(writer)
+    assert done.exists() and writer.interrupts == 0
 
 
 def test_under_the_command_line_device_waits_leave_the_main_thread_free_for_ctrl_c(monkeypatch):
