@@ -780,8 +780,8 @@ def cardinality_assignment(
 
     Ties: among equally good choices the order is by ``tiebreak`` (clients of equal cost by their
     smallest tie-break value, ESs by the pair's value), then by index; with ``tiebreak=None`` by
-    index alone (deterministic). A policy passes ``jax.random.uniform(key, (N, M))`` so that
-    equal choices are not settled by client or ES index.
+    index alone (deterministic). A policy passes ``jfl.prng.uniform(key, (N, M))`` (JAX's uniform
+    bits, drawn flat) so that equal choices are not settled by client or ES index.
 
     Args:
       cost: f[N] cost c_n ≥ 0 of each client, the same on every ES (negative, NaN or infinite:
